@@ -1,0 +1,49 @@
+// Runtime options: where plugins are looked for, which backend runs the layers, how many
+// threads, which numeric mode. Sources, lowest precedence first: defaults, the C++ struct (or a
+// config file), environment variables, command-line flags.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+/// The numeric mode of quantized layers (plugin.h's nibble_numeric_mode, by name).
+enum class NumericMode { W4A16, W4A8 };
+
+/// Options of a Runtime.
+struct RuntimeOptions {
+  /// Directories to load plugins from, in order, before the install's own plugin directory.
+  std::vector<std::string> plugin_dirs;
+  /// Also search the install's (or build tree's) own plugin directory, next to libnibble.
+  bool use_default_plugin_dir = true;
+  /// "auto", one backend name (strict), or a comma-separated fallback list ("cpu_amx,npu_ref";
+  /// "*" stands for every other available backend, by priority).
+  std::string backend = "auto";
+  /// Threads a layer may use; 0 means all hardware threads.
+  int threads = 0;
+  /// Numeric mode of quantized layers.
+  NumericMode mode = NumericMode::W4A16;
+  /// Allow-list of plugin names to load (empty: all). NIBBLE_PLUGINS sets it.
+  std::vector<std::string> allowed_plugins;
+};
+
+/// Apply a JSON config file ({"backend", "plugin_dirs", "threads", "mode", "plugins"}) on top of
+/// `options`; throws nibble::Error naming the file and key on a bad value.
+void apply_config_file(RuntimeOptions& options, const std::string& path);
+
+/// Apply NIBBLE_BACKEND, NIBBLE_PLUGIN_PATH (':'-separated, ignored when the process is setuid
+/// or setgid), NIBBLE_THREADS, NIBBLE_MODE, NIBBLE_PLUGINS and NIBBLE_CONFIG (a config file
+/// applied before the other variables).
+void apply_environment(RuntimeOptions& options);
+
+/// Parse "w4a16" / "w4a8" (also "a16"/"a8"); throws nibble::Error listing the valid names.
+NumericMode parse_mode(const std::string& text, const std::string& source);
+
+/// The mode's name ("w4a16", "w4a8").
+const char* mode_name(NumericMode mode);
+
+/// Split "a,b,,c" into {"a","b","c"} (trimmed, empties dropped).
+std::vector<std::string> split_list(const std::string& text, char separator);
+
+}  // namespace nibble

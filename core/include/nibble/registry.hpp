@@ -1,0 +1,102 @@
+// The plugin registry: which files were looked at and what became of each, the backends they
+// provide, and kernel selection by name, "auto" or a fallback list. A Registry is an immutable
+// snapshot, safe to read from many threads.
+#pragma once
+
+#include <nibble/sdk/plugin.h>
+#include <nibble/options.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+/// What happened to one plugin file.
+struct LoadReport {
+  /// How far loading got: a file fails at the first stage that goes wrong.
+  enum class Stage { Scan, Preflight, Load, Entry, Version, Validate, Probe, Loaded };
+  std::string path;  ///< the file (canonical path when it exists)
+  Stage stage = Stage::Scan;
+  bool ok = false;      ///< loaded and registered
+  std::string message;  ///< why it failed or was skipped ("" when ok)
+  std::string backend;  ///< the backend name, once known
+};
+
+/// The name of a stage ("preflight", "entry", ...).
+const char* stage_name(LoadReport::Stage stage);
+
+/// One kernel of a backend.
+struct KernelInfo {
+  std::string backend;
+  std::string name;
+  nibble_op op = NIBBLE_OP_LINEAR;
+  int priority = 0;
+  nibble_numeric_mode mode = NIBBLE_MODE_WEIGHT_ONLY;
+  double bound_f32 = 0, bound_f16 = 0, bound_bf16 = 0;
+  const nibble_kernel* kernel = nullptr;  ///< the plugin's descriptor (lives for the process)
+  /// "backend/kernel".
+  std::string full_name() const { return backend + "/" + name; }
+};
+
+/// A loaded backend.
+struct BackendInfo {
+  std::string name, version, vendor, description;
+  std::string file;
+  int abi_major = 0, abi_minor = 0;
+  bool available = false;
+  uint32_t probe_reasons = 0;
+  std::string probe_detail;
+  std::vector<KernelInfo> kernels;
+  const nibble_plugin* plugin = nullptr;
+};
+
+/// A kernel chosen for a layer, with the candidates passed over and why.
+struct Selection {
+  const BackendInfo* backend = nullptr;
+  const KernelInfo* kernel = nullptr;
+  /// One line per candidate tried before the winner ("npu_ref/linear: reason"), and unavailable
+  /// backends; empty when the first candidate won.
+  std::vector<std::string> passed_over;
+};
+
+/// The name of a numeric mode as the ABI knows it ("weight-only", "dynamic-int8", "float").
+const char* numeric_mode_name(int mode);
+
+/// An immutable set of loaded backends with the report of every file looked at.
+class Registry {
+ public:
+  /// Look in the option's directories (and the default one), load every libnibble_*.so found
+  /// there, and probe each backend. Never throws for a bad plugin: it goes into reports().
+  static std::shared_ptr<const Registry> load(const RuntimeOptions& options);
+
+  /// Every plugin file looked at, in scan order.
+  const std::vector<LoadReport>& reports() const { return reports_; }
+  /// Every loaded backend, available or not, by name.
+  const std::vector<BackendInfo>& backends() const { return backends_; }
+  /// The directories that were searched, in order.
+  const std::vector<std::string>& searched_dirs() const { return dirs_; }
+  /// The backend called `name`, or nullptr.
+  const BackendInfo* find(const std::string& name) const;
+
+  /// Choose a kernel for `desc` under `backend` ("auto", a name, or a comma-separated list).
+  /// Throws nibble::Error listing every candidate's reason, every unavailable backend's probe
+  /// reason and every file that failed to load when nothing fits.
+  Selection select(const nibble_layer_desc& desc, const std::string& backend) const;
+
+  /// The directory of plugins that ship with this libnibble (lib/nibble/plugins beside it).
+  static std::string default_plugin_dir();
+
+ private:
+  std::vector<LoadReport> reports_;
+  std::vector<BackendInfo> backends_;
+  std::vector<std::string> dirs_;
+  std::string failure_summary() const;
+};
+
+/// Call every loaded plugin's shutdown once (also run at process exit). Layers must be released
+/// first; afterwards no plugin may be used.
+void shutdown_plugins();
+
+}  // namespace nibble

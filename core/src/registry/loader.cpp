@@ -1,0 +1,374 @@
+// Finding and loading plugin files with Boost.DLL. Only named directories and the install's own
+// plugin directory are searched; a file is checked for the entry symbol before any of its code
+// runs; every file gets a LoadReport; one bad file never stops the others.
+#include <vector>  // Boost 1.74's library_info headers use std::vector without including it.
+
+#include <boost/dll/library_info.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+
+#include <nibble/error.hpp>
+#include <nibble/log.hpp>
+#include <nibble/registry.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+
+#include "elf_exports.hpp"
+#include "host_table.hpp"
+
+namespace fs = std::filesystem;
+
+namespace nibble {
+
+const char* stage_name(LoadReport::Stage stage) {
+  switch (stage) {
+    case LoadReport::Stage::Scan:
+      return "scan";
+    case LoadReport::Stage::Preflight:
+      return "preflight";
+    case LoadReport::Stage::Load:
+      return "load";
+    case LoadReport::Stage::Entry:
+      return "entry";
+    case LoadReport::Stage::Version:
+      return "version";
+    case LoadReport::Stage::Validate:
+      return "validate";
+    case LoadReport::Stage::Probe:
+      return "probe";
+    case LoadReport::Stage::Loaded:
+      return "loaded";
+  }
+  return "?";
+}
+
+namespace {
+
+// A plugin file loaded into the process. Libraries are never unloaded: threads of oneTBB and
+// friends make dlclose unsafe, so the process keeps them and calls shutdown at exit instead.
+struct LoadedLibrary {
+  boost::dll::shared_library library;
+  nibble_plugin plugin{};
+  nibble_status entry_status = NIBBLE_OK;
+  std::string entry_message;
+  bool shut_down = false;
+};
+
+struct Process {
+  std::mutex mutex;
+  std::map<std::string, LoadedLibrary*> libraries;  // by canonical path; never freed
+  bool atexit_registered = false;
+};
+
+Process& process() {
+  static Process* p = new Process;  // leaked on purpose: used from the atexit handler
+  return *p;
+}
+
+// The 1.0 layouts: what a plugin of any minor must provide.
+constexpr size_t kPluginMinSize = offsetof(nibble_plugin, shutdown) + sizeof(void*);
+constexpr size_t kKernelMinSize = offsetof(nibble_kernel, release) + sizeof(void*);
+
+const std::regex& plugin_file_pattern() {
+  static const std::regex re("^libnibble_([a-z0-9_]+)\\.so$");
+  return re;
+}
+
+bool exports_entry(const std::string& path, std::string* why) {
+  bool found = false;
+  try {
+    boost::dll::library_info info(fs::path(path), /*throw_if_not_native=*/true);
+    auto symbols = info.symbols();
+    found = std::find(symbols.begin(), symbols.end(), NIBBLE_PLUGIN_ENTRY_SYMBOL) != symbols.end();
+  } catch (const std::exception& e) {
+    *why = std::string("not a shared library for this platform (") + e.what() + ")";
+    return false;
+  }
+  if (!found) {
+    // Stripped libraries have no .symtab for library_info to read; .dynsym is authoritative.
+    auto exports = detail::elf_dynamic_exports(path);
+    if (!exports) {
+      *why = "not a well-formed ELF64 shared library";
+      return false;
+    }
+    found =
+        std::find(exports->begin(), exports->end(), NIBBLE_PLUGIN_ENTRY_SYMBOL) != exports->end();
+  }
+  if (!found) *why = "not a nibble plugin: it does not export " NIBBLE_PLUGIN_ENTRY_SYMBOL;
+  return found;
+}
+
+void shutdown_all_locked(Process& p) {
+  for (auto& [path, lib] : p.libraries) {
+    if (lib->shut_down || lib->entry_status != NIBBLE_OK || !lib->plugin.shutdown) continue;
+    lib->shut_down = true;
+    try {
+      lib->plugin.shutdown();
+    } catch (...) {
+      log(LogLevel::Error, "core", path + ": shutdown threw an exception");
+    }
+  }
+}
+
+void shutdown_at_exit() {
+  Process& p = process();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  shutdown_all_locked(p);
+}
+
+// Load (or find already loaded) the library at `path` and run its entry point once.
+LoadedLibrary* load_library(const std::string& path, LoadReport& report) {
+  Process& p = process();
+  auto it = p.libraries.find(path);
+  if (it != p.libraries.end()) return it->second;
+  auto lib = std::make_unique<LoadedLibrary>();
+  report.stage = LoadReport::Stage::Load;
+  try {
+    lib->library.load(fs::path(path),
+                      boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    report.message = std::string("cannot be loaded: ") + e.what();
+    return nullptr;
+  }
+  report.stage = LoadReport::Stage::Entry;
+  auto& entry = lib->library.get<nibble_status(const nibble_host*, nibble_plugin*, nibble_error*)>(
+      NIBBLE_PLUGIN_ENTRY_SYMBOL);
+  lib->plugin.struct_size = sizeof(nibble_plugin);
+  lib->plugin.abi_major = NIBBLE_ABI_MAJOR;
+  lib->plugin.abi_minor = NIBBLE_ABI_MINOR;
+  nibble_error err{};
+  err.struct_size = sizeof err;
+  try {
+    lib->entry_status = entry(detail::host_table(), &lib->plugin, &err);
+    lib->entry_message = err.message;
+  } catch (...) {
+    lib->entry_status = NIBBLE_INTERNAL;
+    lib->entry_message = "the entry point threw a C++ exception across the C ABI";
+  }
+  if (!p.atexit_registered) {
+    std::atexit(&shutdown_at_exit);
+    p.atexit_registered = true;
+  }
+  LoadedLibrary* raw = lib.release();
+  p.libraries[path] = raw;
+  return raw;
+}
+
+std::string abi_string(int major, int minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+// Check the descriptor a plugin returned; returns "" when it is usable.
+std::string validate_plugin(const nibble_plugin& d, const std::string& stem) {
+  if (d.struct_size < kPluginMinSize)
+    return "plugin descriptor of " + std::to_string(d.struct_size) + " bytes is smaller than ABI " +
+           "1.0's " + std::to_string(kPluginMinSize);
+  if (!d.name || !*d.name) return "the plugin has no name";
+  if (stem != d.name)
+    return "the plugin calls itself '" + std::string(d.name) + "' but its file is libnibble_" +
+           stem + ".so (the name must match the file)";
+  if (!d.probe) return "required function 'probe' is NULL";
+  if (!d.shutdown) return "required function 'shutdown' is NULL";
+  if (d.kernel_count > 0 && !d.kernels) return "kernel_count is set but the kernel table is NULL";
+  if (d.kernel_count > 4096) return "kernel_count " + std::to_string(d.kernel_count) + " is absurd";
+  std::set<std::string> names;
+  for (uint32_t i = 0; i < d.kernel_count; ++i) {
+    const nibble_kernel* k = d.kernels[i];
+    std::string at = "kernel #" + std::to_string(i);
+    if (!k) return at + " is NULL";
+    if (k->struct_size < kKernelMinSize)
+      return at + ": descriptor of " + std::to_string(k->struct_size) + " bytes is smaller than " +
+             "ABI 1.0's " + std::to_string(kKernelMinSize);
+    if (!k->name || !*k->name) return at + " has no name";
+    at = "kernel '" + std::string(k->name) + "'";
+    if (!names.insert(k->name).second) return at + " is declared twice";
+    if (k->op != NIBBLE_OP_LINEAR && k->op != NIBBLE_OP_DENSE && k->op != NIBBLE_OP_MOE)
+      return at + ": unknown op " + std::to_string(k->op);
+    const char* missing = !k->can_implement     ? "can_implement"
+                          : !k->workspace_bytes ? "workspace_bytes"
+                          : !k->prepare         ? "prepare"
+                          : !k->forward         ? "forward"
+                          : !k->release         ? "release"
+                                                : nullptr;
+    if (missing) return at + ": required function '" + missing + "' is NULL";
+  }
+  return "";
+}
+
+KernelInfo kernel_info(const std::string& backend, const nibble_kernel* k) {
+  KernelInfo info;
+  info.backend = backend;
+  info.name = k->name;
+  info.op = nibble_op(k->op);
+  info.priority = k->priority;
+  info.mode = nibble_numeric_mode(k->numeric_mode);
+  info.bound_f32 = k->error_bound_f32;
+  info.bound_f16 = k->error_bound_f16;
+  info.bound_bf16 = k->error_bound_bf16;
+  info.kernel = k;
+  return info;
+}
+
+}  // namespace
+
+std::string Registry::default_plugin_dir() {
+  // The plugins that ship with this libnibble sit in <its directory>/nibble/plugins, both in the
+  // build tree and in an install.
+  boost::dll::fs::error_code ec;
+  fs::path self = boost::dll::this_line_location(ec);
+  if (ec) return "";
+  return (self.parent_path() / NIBBLE_PLUGIN_SUBDIR).string();
+}
+
+std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
+  auto reg = std::make_shared<Registry>();
+  std::vector<std::string> dirs = options.plugin_dirs;
+  if (options.use_default_plugin_dir) {
+    std::string own = default_plugin_dir();
+    if (!own.empty()) dirs.push_back(own);
+  }
+  detail::set_thread_budget(options.threads);
+
+  std::set<std::string> seen_dirs, seen_files;
+  std::vector<std::pair<std::string, std::string>> files;  // (path, stem)
+  for (const std::string& dir : dirs) {
+    std::error_code ec;
+    fs::path canonical = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+    std::string key = ec ? dir : canonical.string();
+    if (!seen_dirs.insert(key).second) continue;
+    reg->dirs_.push_back(key);
+    if (!fs::is_directory(key, ec)) {
+      LoadReport r;
+      r.path = key;
+      r.message = "plugin directory does not exist or is not a directory";
+      reg->reports_.push_back(r);
+      continue;
+    }
+    std::vector<fs::path> entries;
+    for (auto it = fs::directory_iterator(key, ec); !ec && it != fs::directory_iterator();
+         it.increment(ec))
+      entries.push_back(it->path());
+    std::sort(entries.begin(), entries.end());
+    for (const fs::path& entry : entries) {
+      std::smatch m;
+      std::string name = entry.filename().string();
+      if (!std::regex_match(name, m, plugin_file_pattern())) continue;
+      std::error_code e2;
+      if (!fs::is_regular_file(entry, e2)) continue;
+      std::string path = fs::canonical(entry, e2).string();
+      if (e2 || !seen_files.insert(path).second) continue;
+      files.emplace_back(path, m[1].str());
+    }
+  }
+
+  Process& proc = process();
+  std::lock_guard<std::mutex> lock(proc.mutex);
+  for (auto& [path, stem] : files) {
+    LoadReport r;
+    r.path = path;
+    r.backend = stem;
+    auto fail = [&](LoadReport::Stage stage, const std::string& why) {
+      r.stage = stage;
+      r.message = why;
+      reg->reports_.push_back(r);
+      log(LogLevel::Debug, "core", path + ": " + stage_name(stage) + ": " + why);
+    };
+    if (!options.allowed_plugins.empty() &&
+        std::find(options.allowed_plugins.begin(), options.allowed_plugins.end(), stem) ==
+            options.allowed_plugins.end()) {
+      fail(LoadReport::Stage::Scan, "skipped: '" + stem + "' is not in the plugin allow-list");
+      continue;
+    }
+    std::string why;
+    r.stage = LoadReport::Stage::Preflight;
+    if (!exports_entry(path, &why)) {
+      fail(LoadReport::Stage::Preflight, why);
+      continue;
+    }
+    LoadedLibrary* lib = load_library(path, r);
+    if (!lib) {
+      fail(r.stage, r.message);
+      continue;
+    }
+    if (lib->entry_status != NIBBLE_OK) {
+      fail(LoadReport::Stage::Entry, "the entry point failed (status " +
+                                         std::to_string(lib->entry_status) +
+                                         "): " + lib->entry_message);
+      continue;
+    }
+    const nibble_plugin& d = lib->plugin;
+    std::string plugin_name =
+        d.struct_size > offsetof(nibble_plugin, name) && d.name ? d.name : stem;
+    if (d.abi_major != NIBBLE_ABI_MAJOR) {
+      fail(LoadReport::Stage::Version,
+           "plugin '" + plugin_name + "' was built for nibble ABI " +
+               abi_string(d.abi_major, d.abi_minor) + ", this host implements " +
+               abi_string(NIBBLE_ABI_MAJOR, NIBBLE_ABI_MINOR) + " (majors must match)");
+      continue;
+    }
+    why = validate_plugin(d, stem);
+    if (!why.empty()) {
+      fail(LoadReport::Stage::Validate, why);
+      continue;
+    }
+    if (const BackendInfo* other = reg->find(d.name)) {
+      fail(LoadReport::Stage::Validate, "backend '" + std::string(d.name) +
+                                            "' is already provided by " + other->file +
+                                            "; this copy is ignored");
+      continue;
+    }
+    BackendInfo b;
+    b.name = d.name;
+    b.version = d.version ? d.version : "";
+    b.vendor = d.vendor ? d.vendor : "";
+    b.description = d.description ? d.description : "";
+    b.file = path;
+    b.abi_major = d.abi_major;
+    b.abi_minor = d.abi_minor;
+    b.plugin = &d;
+    r.stage = LoadReport::Stage::Probe;
+    nibble_probe_result probe{};
+    probe.struct_size = sizeof probe;
+    nibble_status ps = NIBBLE_INTERNAL;
+    try {
+      ps = d.probe(&probe);
+    } catch (...) {
+      std::strcpy(probe.detail, "probe threw a C++ exception across the C ABI");
+    }
+    probe.detail[sizeof probe.detail - 1] = '\0';
+    b.available = ps == NIBBLE_OK && probe.available != 0;
+    b.probe_reasons = probe.reasons;
+    b.probe_detail = probe.detail;
+    if (ps != NIBBLE_OK && b.probe_detail.empty())
+      b.probe_detail = "probe failed with status " + std::to_string(ps);
+    for (uint32_t i = 0; i < d.kernel_count; ++i)
+      b.kernels.push_back(kernel_info(b.name, d.kernels[i]));
+    r.stage = LoadReport::Stage::Loaded;
+    r.ok = true;
+    r.backend = b.name;
+    reg->reports_.push_back(r);
+    reg->backends_.push_back(std::move(b));
+    log(LogLevel::Debug, "core", path + ": loaded backend " + std::string(d.name));
+  }
+  return reg;
+}
+
+const BackendInfo* Registry::find(const std::string& name) const {
+  for (const BackendInfo& b : backends_)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+void shutdown_plugins() {
+  Process& p = process();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  shutdown_all_locked(p);
+}
+
+}  // namespace nibble

@@ -1,0 +1,84 @@
+#include "cli_options.hpp"
+
+#include <nibble/error.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace nibble::cli {
+
+std::vector<std::string> to_args(int argc, char** argv) {
+  return std::vector<std::string>(argv + std::min(argc, 1), argv + argc);
+}
+
+bool wants_help(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(),
+                     [](const std::string& a) { return a == "-h" || a == "--help"; });
+}
+
+CommonFlags take_common_flags(std::vector<std::string>& args) {
+  CommonFlags f;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* flag) -> std::string {
+      std::string prefix = std::string(flag) + "=";
+      if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
+      if (i + 1 >= args.size()) throw Error(std::string(flag) + " needs a value");
+      return args[++i];
+    };
+    auto is = [&](const char* flag) {
+      return a == flag || a.rfind(std::string(flag) + "=", 0) == 0;
+    };
+    if (is("--plugin-dir"))
+      f.plugin_dirs.push_back(value("--plugin-dir"));
+    else if (is("--backend"))
+      f.backend = value("--backend");
+    else if (is("--threads"))
+      f.threads = value("--threads");
+    else if (is("--mode"))
+      f.mode = value("--mode");
+    else if (is("--config"))
+      f.config = value("--config");
+    else if (a == "--no-default-plugin-dir")
+      f.no_default_plugin_dir = true;
+    else
+      rest.push_back(a);
+  }
+  args = rest;
+  return f;
+}
+
+RuntimeOptions resolve_options(const CommonFlags& f) {
+  RuntimeOptions o;
+  if (!f.config.empty()) apply_config_file(o, f.config);
+  apply_environment(o);
+  // Flag directories come before the environment's (both before the default directory).
+  o.plugin_dirs.insert(o.plugin_dirs.begin(), f.plugin_dirs.begin(), f.plugin_dirs.end());
+  if (!f.backend.empty()) o.backend = f.backend;
+  if (!f.threads.empty()) {
+    try {
+      size_t used = 0;
+      int n = std::stoi(f.threads, &used);
+      if (used != f.threads.size() || n < 0) throw std::invalid_argument("");
+      o.threads = n;
+    } catch (const std::exception&) {
+      throw Error("--threads '" + f.threads + "' is not a whole number >= 0");
+    }
+  }
+  if (!f.mode.empty()) o.mode = parse_mode(f.mode, "--mode");
+  if (f.no_default_plugin_dir) o.use_default_plugin_dir = false;
+  return o;
+}
+
+const char* common_flags_help() {
+  return "Runtime flags (every command):\n"
+         "  --plugin-dir DIR       load plugins from DIR (repeatable; also NIBBLE_PLUGIN_PATH)\n"
+         "  --backend NAME         auto | a backend name | a fallback list a,b,* (NIBBLE_BACKEND)\n"
+         "  --threads N            threads per layer, 0 = all (NIBBLE_THREADS)\n"
+         "  --mode w4a16|w4a8      numeric mode of quantized layers (NIBBLE_MODE)\n"
+         "  --config FILE          JSON runtime config (NIBBLE_CONFIG)\n"
+         "  --no-default-plugin-dir  do not search the install's own plugin directory\n";
+}
+
+}  // namespace nibble::cli
