@@ -18,6 +18,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"backends", nibble_cmd_backends, "list plugin files, backends, availability and kernels"},
+    {"demo", nibble_cmd_demo, "quantize a small model and run it on every backend"},
+    {"run", nibble_cmd_run, "run one linear layer or MoE block of a checkpoint on an input"},
 };
 
 void usage(FILE* out) {

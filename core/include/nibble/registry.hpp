@@ -85,6 +85,10 @@ class Registry {
   /// reason and every file that failed to load when nothing fits.
   Selection select(const nibble_layer_desc& desc, const std::string& backend) const;
 
+  /// For every loaded backend and kernel of desc's op: whether it could run the layer and, if
+  /// not, why ("cpu_amx/linear_a16: can run (priority 100)", "npu_ref: unavailable: ...").
+  std::vector<std::string> explain(const nibble_layer_desc& desc) const;
+
   /// The directory of plugins that ship with this libnibble (lib/nibble/plugins beside it).
   static std::string default_plugin_dir();
 

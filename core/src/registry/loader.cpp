@@ -63,7 +63,6 @@ struct LoadedLibrary {
 struct Process {
   std::mutex mutex;
   std::map<std::string, LoadedLibrary*> libraries;  // by canonical path; never freed
-  bool atexit_registered = false;
 };
 
 Process& process() {
@@ -151,10 +150,9 @@ LoadedLibrary* load_library(const std::string& path, LoadReport& report) {
     lib->entry_status = NIBBLE_INTERNAL;
     lib->entry_message = "the entry point threw a C++ exception across the C ABI";
   }
-  if (!p.atexit_registered) {
-    std::atexit(&shutdown_at_exit);
-    p.atexit_registered = true;
-  }
+  // Registered after each entry, so it runs before the destructors of statics the plugin made
+  // during its entry (exit handlers run in reverse order); shut_down flags make repeats no-ops.
+  std::atexit(&shutdown_at_exit);
   LoadedLibrary* raw = lib.release();
   p.libraries[path] = raw;
   return raw;

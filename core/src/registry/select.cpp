@@ -93,6 +93,31 @@ std::string Registry::failure_summary() const {
   return s;
 }
 
+std::vector<std::string> Registry::explain(const nibble_layer_desc& desc) const {
+  std::vector<std::string> lines;
+  for (const BackendInfo& b : backends_) {
+    auto ks = kernels_for(b, desc);
+    if (!b.available) {
+      lines.push_back("backend " + b.name + ": unavailable: " + b.probe_detail);
+      continue;
+    }
+    if (ks.empty()) {
+      lines.push_back("backend " + b.name + ": no " + op_name(desc.op) + " kernel" +
+                      (desc.op == NIBBLE_OP_DENSE
+                           ? std::string()
+                           : std::string(" for mode ") + numeric_mode_name(desc.numeric_mode)));
+      continue;
+    }
+    for (const KernelInfo* k : ks) {
+      std::string why = can_implement(*k, desc);
+      lines.push_back(k->full_name() + ": " +
+                      (why.empty() ? "can run it (priority " + std::to_string(k->priority) + ")"
+                                   : why));
+    }
+  }
+  return lines;
+}
+
 Selection Registry::select(const nibble_layer_desc& desc, const std::string& backend) const {
   const std::string layer = desc.name ? desc.name : "(unnamed layer)";
   std::vector<std::string> names = split_list(backend.empty() ? "auto" : backend, ',');

@@ -95,8 +95,8 @@ class Host {
     const char* plugin = "";
   };
   static State& state() {
-    static State s;
-    return s;
+    static State* s = new State;  // never destroyed, as plugin_state()
+    return *s;
   }
 };
 
@@ -410,10 +410,12 @@ struct PluginState {
   Probe probe;
 };
 
+// Never destroyed: the host may call shutdown from its exit handlers, after this library's static
+// destructors would have run.
 template <class B>
 PluginState<B>& plugin_state() {
-  static PluginState<B> s;
-  return s;
+  static PluginState<B>* s = new PluginState<B>;
+  return *s;
 }
 
 template <class B>

@@ -1,0 +1,238 @@
+// Opening a checkpoint and discovering its layers. Everything that can be checked from shapes and
+// the configuration is checked here, so a checkpoint that opens lists consistent layers.
+#include <nibble/checkpoint.hpp>
+#include <nibble/error.hpp>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <regex>
+
+#include "safetensors_json.hpp"
+
+namespace nibble {
+
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) { return s.ends_with(suffix); }
+
+std::string strip_suffix(const std::string& s, std::string_view suffix) {
+  return s.substr(0, s.size() - suffix.size());
+}
+
+bool is_float(DType d) { return d == DType::F16 || d == DType::BF16 || d == DType::F32; }
+
+// Module names whose 2-D `.weight` is not a linear layer's: embeddings (and norms, which are
+// 1-D anyway but are excluded by name for clarity).
+bool is_linear_module_name(const std::string& prefix) {
+  std::string last = prefix.substr(prefix.rfind('.') == std::string::npos ? 0 : prefix.rfind('.') + 1);
+  return last.find("embed") == std::string::npos && last.find("norm") == std::string::npos &&
+         last != "wte" && last != "wpe";
+}
+
+}  // namespace
+
+std::string_view moe_style_name(MoeStyle style) { return style == MoeStyle::Qwen ? "qwen" : "mixtral"; }
+
+nibble_dense_weight DenseTensor::view() const {
+  nibble_dense_weight v{};
+  v.struct_size = sizeof v;
+  v.K = K;
+  v.N = N;
+  v.data = weight->data;
+  v.dtype = to_dlpack(weight->dtype);
+  v.bias = bias ? bias->data : nullptr;
+  v.bias_dtype = bias ? to_dlpack(bias->dtype) : DLDataType{kDLFloat, 32, 1};
+  return v;
+}
+
+Checkpoint Checkpoint::open(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  Checkpoint cp;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    cp.dir_ = path;
+    if (fs::exists(path / "model.safetensors.index.json")) {
+      cp.store_ = TensorStore::open(path / "model.safetensors.index.json");
+    } else if (fs::exists(path / "model.safetensors")) {
+      cp.store_ = TensorStore::open(path / "model.safetensors");
+    } else {
+      throw Error(fmt::format("checkpoint directory {} has neither model.safetensors nor "
+                              "model.safetensors.index.json",
+                              path.string()));
+    }
+  } else if (fs::is_regular_file(path, ec)) {
+    cp.dir_ = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    cp.store_ = TensorStore::open(path);
+  } else {
+    throw Error(fmt::format("no checkpoint at {} (expected a directory or a .safetensors file)",
+                            path.string()));
+  }
+  fs::path config = cp.dir_ / "config.json";
+  if (fs::exists(config)) {
+    auto size = fs::file_size(config, ec);
+    if (ec || size > (16u << 20)) {
+      throw Error(fmt::format("{}: unreadable or larger than 16 MiB", config.string()));
+    }
+    std::ifstream in(config, std::ios::binary);
+    std::string text(size_t(size), '\0');
+    in.read(text.data(), std::streamsize(size));
+    cp.config_ = detail::parse_json(text, config.string());
+    if (!cp.config_.is_object()) throw Error(fmt::format("{}: expected a JSON object", config.string()));
+  }
+  cp.quant_ = load_quant_config(cp.dir_);
+  cp.discover();
+  return cp;
+}
+
+Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
+  QuantLayer layer;
+  LayerTensors& t = layer.tensors;
+  t.prefix = prefix;
+  t.qweight = store_.find(prefix + ".qweight");
+  t.qzeros = store_.find(prefix + ".qzeros");
+  t.scales = store_.find(prefix + ".scales");
+  t.g_idx = store_.find(prefix + ".g_idx");
+  t.bias = store_.find(prefix + ".bias");
+  const QuantConfig& cfg = *quant_;
+  ModuleQuant mq = cfg.for_module(prefix);
+  if (!mq.quantized) {
+    // The tensors are the ground truth: a qweight is decoded, but the user hears about it.
+    warnings_.push_back(fmt::format("layer {} has a qweight although {} ({}); decoding it with the "
+                                    "global settings",
+                                    prefix, mq.reason, cfg.source));
+    mq = ModuleQuant{true, cfg.bits, cfg.group_size, cfg.sym, cfg.desc_act, ""};
+  }
+  layer.params = SchemeParams{mq.bits, mq.group_size, mq.sym};
+  if (cfg.method == QuantMethod::Awq) {
+    layer.kind = SchemeKind::AwqGemm;
+  } else {
+    SchemeKind labelled = cfg.checkpoint_format == "gptq_v2" ? SchemeKind::GptqV2 : SchemeKind::GptqV1;
+    get_scheme(labelled).check(t, layer.params);  // shapes first, then the F.2 value check
+    layer.kind = resolve_gptq_scheme(t, layer.params, labelled, warnings_);
+  }
+  layer.shape = get_scheme(layer.kind).check(t, layer.params);
+
+  LayerInfo& info = layer.info;
+  info.prefix = prefix;
+  info.kind = LayerKind::Quantized;
+  info.scheme = std::string(scheme_name(layer.kind));
+  info.K = layer.shape.K;
+  info.N = layer.shape.N;
+  info.bits = mq.bits;
+  info.group_size = mq.group_size;
+  info.has_bias = t.bias != nullptr;
+  info.bytes = layer.shape.bytes;
+  info.dtype = std::string(dtype_name(t.scales->dtype));
+  info.note = mq.reason;
+  if (t.g_idx) {
+    for (int64_t k = 0; k < info.K; ++k) {
+      int32_t g = t.g_idx->i32(size_t(k));
+      if (g < 0 || g >= layer.shape.num_groups) {
+        throw Error(fmt::format("tensor {} in {}: g_idx[{}] = {} is outside [0, {}) (group_size = "
+                                "{})",
+                                t.g_idx->name, t.g_idx->file, k, g, layer.shape.num_groups, mq.group_size));
+      }
+      int64_t identity = mq.group_size == -1 ? 0 : k / mq.group_size;
+      info.act_order = info.act_order || g != identity;
+    }
+  }
+  // Stored zero values: symmetry, and FORMATS F.1's suspect v1 nibbles.
+  auto hist = gptq_stored_zero_histogram(*t.qzeros, mq.bits, info.N);
+  int64_t total = 0;
+  for (int64_t c : hist) total += c;
+  const size_t half = size_t(1) << (mq.bits - 1);
+  const size_t stored_sym = layer.kind == SchemeKind::GptqV1 ? half - 1 : half;
+  info.symmetric = total > 0 && hist[stored_sym] == total;
+  if (layer.kind == SchemeKind::GptqV1) {
+    info.stored_max_zeros = hist.back();
+    if (info.stored_max_zeros > 0) {
+      warnings_.push_back(fmt::format(
+          "layer {}: {} of {} stored zero points in {} are {:#x}. gptq v1 stores zero - 1, so they "
+          "decode (unmasked, as ExLlama/vLLM/sglang do) to {}; such values usually come from the "
+          "v1 underflow of a true zero 0 (AutoGPTQ PR #325/#640), which also corrupts later zeros "
+          "of the same int32 word: suspect, prefer a gptq_v2 export (FORMATS F.1){}",
+          prefix, info.stored_max_zeros, total, t.qzeros->name, hist.size() - 1, hist.size(),
+          mq.bits == 8 ? "; at 8 bits 256 does not fit the canonical zero point and decoding fails"
+                       : ""));
+    }
+  }
+  return layer;
+}
+
+void Checkpoint::discover() {
+  const std::vector<std::string> names = store_.names();
+  std::set<std::string> qprefixes;
+  for (const auto& n : names) {
+    if (ends_with(n, ".qweight")) qprefixes.insert(strip_suffix(n, ".qweight"));
+  }
+  for (const auto& n : names) {
+    for (std::string_view part : {".qzeros", ".scales", ".g_idx"}) {
+      if (ends_with(n, part) && !qprefixes.count(strip_suffix(n, part)) &&
+          !store_.find(strip_suffix(n, part) + ".weight")) {
+        throw Error(fmt::format("tensor {} exists but {}.qweight is missing (in {})", n,
+                                strip_suffix(n, part), store_.find(n)->file));
+      }
+    }
+  }
+  if (!qprefixes.empty() && !quant_) {
+    throw Error(fmt::format("checkpoint {} holds quantized tensors (e.g. {}.qweight) but no "
+                            "quantization config (config.json quantization_config, "
+                            "quantize_config.json or quant_config.json)",
+                            dir_.string(), *qprefixes.begin()));
+  }
+  for (const auto& p : qprefixes) quantized_.emplace(p, make_quant_layer(p));
+  for (const auto& n : names) {
+    if (!ends_with(n, ".weight")) continue;
+    std::string p = strip_suffix(n, ".weight");
+    const TensorView* w = store_.find(n);
+    if (qprefixes.count(p) || w->shape.size() != 2 || !is_float(w->dtype) || !is_linear_module_name(p)) continue;
+    DenseLayer d;
+    d.tensor.prefix = p;
+    d.tensor.weight = w;
+    d.tensor.N = w->shape[0];
+    d.tensor.K = w->shape[1];
+    d.tensor.bias = store_.find(p + ".bias");
+    if (d.tensor.bias) {
+      const TensorView& b = *d.tensor.bias;
+      if (!is_float(b.dtype) || b.shape != std::vector<int64_t>{d.tensor.N}) {
+        throw Error(fmt::format("tensor {} in {} is {} {}, expected a float tensor [{}] matching {}",
+                                b.name, b.file, dtype_name(b.dtype), b.shape_string(), d.tensor.N, n));
+      }
+    }
+    d.info.prefix = p;
+    d.info.kind = LayerKind::Dense;
+    d.info.scheme = "dense";
+    d.info.K = d.tensor.K;
+    d.info.N = d.tensor.N;
+    d.info.has_bias = d.tensor.bias != nullptr;
+    d.info.bytes = w->nbytes + (d.tensor.bias ? d.tensor.bias->nbytes : 0);
+    d.info.dtype = std::string(dtype_name(w->dtype));
+    dense_.emplace(p, std::move(d));
+  }
+  if (quant_) {
+    bool lm_head_quantized = false;
+    for (const auto& p : qprefixes) lm_head_quantized |= p == "lm_head" || p.ends_with(".lm_head");
+    if (quant_->lm_head && !lm_head_quantized && (dense_.count("lm_head") || store_.find("lm_head.weight"))) {
+      warnings_.push_back(fmt::format("{} says lm_head: true, but lm_head is stored dense; it is "
+                                      "used as a dense layer",
+                                      quant_->source));
+    }
+    if (!quant_->lm_head && lm_head_quantized) {
+      warnings_.push_back(fmt::format("{} says lm_head: false, but the checkpoint has a quantized "
+                                      "lm_head; it is decoded as quantized",
+                                      quant_->source));
+    }
+  }
+  std::map<std::string, std::map<int, std::map<std::string, std::string>>> found;
+  static const std::regex expert_re(R"(^(.+)\.experts\.(\d{1,6})\.(gate_proj|up_proj|down_proj|w1|w2|w3)$)");
+  auto scan = [&](const std::string& p) {
+    std::smatch m;
+    if (std::regex_match(p, m, expert_re)) found[m[1].str()][std::stoi(m[2].str())][m[3].str()] = p;
+  };
+  for (const auto& [p, layer] : quantized_) scan(p);
+  for (const auto& [p, layer] : dense_) scan(p);
+  discover_moe(found);
+}
+
+}  // namespace nibble

@@ -1,0 +1,226 @@
+// MoE blocks: the router in the core (gate linear, softmax or sigmoid scores, top-k, optional
+// renormalisation); the experts in the backend's MoE kernel, fed one expert at a time.
+#include <nibble/error.hpp>
+#include <nibble/log.hpp>
+#include <nibble/runtime.hpp>
+#include <nibble/sdk/numeric.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <thread>
+
+#include "prepared_kernel.hpp"
+
+namespace nibble {
+
+std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const RuntimeOptions& o,
+                                                 const Checkpoint& ckpt, const std::string& prefix,
+                                                 const char* part);
+
+namespace {
+
+// Hands experts to the plugin one at a time; each lives from get_expert to put_expert.
+struct ExpertFeed {
+  const Checkpoint* ckpt;
+  std::string prefix;
+  std::map<int, std::pair<CanonicalWeight, CanonicalWeight>> live;
+
+  static nibble_status get(void* ctx, int32_t e, nibble_canonical_weight* w13,
+                           nibble_canonical_weight* w2, nibble_error* error) {
+    auto* self = static_cast<ExpertFeed*>(ctx);
+    try {
+      auto& slot = self->live[e] = self->ckpt->decode_expert(self->prefix, e);
+      *w13 = slot.first.view();
+      *w2 = slot.second.view();
+      return NIBBLE_OK;
+    } catch (const std::exception& ex) {
+      if (error && error->struct_size > offsetof(nibble_error, message)) {
+        std::snprintf(error->message, sizeof error->message, "%s", ex.what());
+      }
+      return NIBBLE_INVALID_ARGUMENT;
+    }
+  }
+  static void put(void* ctx, int32_t e) { static_cast<ExpertFeed*>(ctx)->live.erase(e); }
+};
+
+DLTensor matrix(void* data, int64_t* shape, DLDataType dtype) {
+  DLTensor t{};
+  t.data = data;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = dtype;
+  t.shape = shape;
+  return t;
+}
+
+}  // namespace
+
+MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
+                      const MoeOptions& opt) const {
+  std::vector<MoeInfo> blocks = ckpt.moe_blocks();
+  auto it = std::find_if(blocks.begin(), blocks.end(),
+                         [&](const MoeInfo& b) { return b.prefix == prefix; });
+  if (it == blocks.end()) {
+    std::string known;
+    for (const auto& b : blocks) known += "\n  " + b.prefix;
+    throw Error("checkpoint " + ckpt.directory().string() + " has no MoE block '" + prefix + "'" +
+                (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
+  }
+  const MoeInfo& info = *it;
+  MoeLayer layer;
+  layer.num_experts_ = info.num_experts;
+  layer.hidden_ = info.hidden;
+  layer.top_k_ = opt.top_k > 0 ? opt.top_k : info.top_k;
+  if (layer.top_k_ <= 0)
+    throw Error("MoE block " + prefix + ": top-k is unknown (config.json has no " +
+                "num_experts_per_tok); pass it (--top-k K)");
+  if (layer.top_k_ > info.num_experts)
+    throw Error("MoE block " + prefix + ": top-k " + std::to_string(layer.top_k_) +
+                " exceeds the " + std::to_string(info.num_experts) + " experts");
+  layer.renormalize_ = opt.renormalize.value_or(info.norm_topk_prob);
+  std::string scoring = opt.scoring.empty() ? info.scoring : opt.scoring;
+  if (scoring != "softmax" && scoring != "sigmoid")
+    throw Error("MoE block " + prefix + ": router scoring '" + scoring +
+                "' is not one of softmax, sigmoid");
+  layer.sigmoid_ = scoring == "sigmoid";
+  if (info.scheme == "dense")
+    throw Error("MoE block " + prefix +
+                ": its experts are not quantized; nibble runs GPTQ/AWQ "
+                "experts only");
+  if (info.w13_bits != info.w2_bits)
+    throw Error("MoE block " + prefix + ": gate/up use " + std::to_string(info.w13_bits) +
+                " bits but down uses " + std::to_string(info.w2_bits) + "; expected one width");
+
+  layer.router_ = make_dense(*registry_, options_, ckpt, info.router_prefix, "router");
+  if (layer.router_->desc().N != info.num_experts || layer.router_->desc().K != info.hidden)
+    throw Error("MoE block " + prefix + ": router " + info.router_prefix + " is [" +
+                std::to_string(layer.router_->desc().N) + ", " +
+                std::to_string(layer.router_->desc().K) + "], expected [" +
+                std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
+
+  // Expert 0 tells the scales' dtype and whether grouping is permuted.
+  auto first = ckpt.decode_expert(prefix, 0);
+  nibble_layer_desc d = describe(first.first, prefix.c_str());
+  d.op = NIBBLE_OP_MOE;
+  d.K = info.hidden;
+  d.N = info.intermediate;
+  d.group_size = info.w13_group_size;
+  d.has_g_idx = info.act_order ? 1 : 0;
+  d.symmetric = 0;  // only expert 0 was looked at: do not promise symmetry for all
+  d.has_bias = 0;
+  d.num_experts = info.num_experts;
+  d.top_k = layer.top_k_;
+  d.activation = NIBBLE_ACT_SILU;
+  d.w2_group_size = info.w2_group_size;
+  d.w2_has_g_idx = info.act_order ? 1 : 0;
+  d.w2_symmetric = 0;
+  first = {};
+  Selection sel = registry_->select(d, options_.backend);
+  if (!sel.passed_over.empty()) {
+    std::string msg = prefix + " (experts) runs on " + sel.kernel->full_name() + " because:";
+    for (const auto& p : sel.passed_over) msg += "\n  " + p;
+    log(LogLevel::Warning, "core", msg);
+  }
+  ExpertFeed feed{&ckpt, prefix, {}};
+  nibble_moe_source src{};
+  src.struct_size = sizeof src;
+  src.num_experts = info.num_experts;
+  src.ctx = &feed;
+  src.get_expert = &ExpertFeed::get;
+  src.put_expert = &ExpertFeed::put;
+  nibble_weight_input in{};
+  in.struct_size = sizeof in;
+  in.experts = &src;
+  int threads = options_.threads > 0 ? options_.threads
+                                     : int(std::max(1u, std::thread::hardware_concurrency()));
+  layer.experts_ = std::make_shared<const PreparedKernel>(*registry_, sel, d, in, "experts", threads);
+  return layer;
+}
+
+void MoeLayer::route(const DLTensor& x, std::vector<int32_t>& ids,
+                     std::vector<float>& weights) const {
+  const std::string& name = experts_->placement().layer;
+  int64_t M = check_activation(x, "input x", hidden_, name);
+  const int E = num_experts_, k = top_k_;
+  // Router logits in f32, whatever the activation dtype.
+  std::vector<float> xf;
+  DLTensor xin = x;
+  int64_t xshape[2] = {M, hidden_};
+  if (!sdk::same_dtype(x.dtype, sdk::dtype_f32()) ||
+      (x.strides && M > 1 && x.strides[0] != hidden_)) {
+    xf.resize(size_t(M * hidden_));
+    int64_t stride = x.strides && M > 1 ? x.strides[0] : hidden_;
+    const char* base = static_cast<const char*>(x.data) + x.byte_offset;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t c = 0; c < hidden_; ++c)
+        xf[size_t(m * hidden_ + c)] = sdk::load_float(base, x.dtype, size_t(m * stride + c));
+    xin = matrix(xf.data(), xshape, sdk::dtype_f32());
+  }
+  std::vector<float> logits(size_t(M * E));
+  int64_t lshape[2] = {M, E};
+  DLTensor lt = matrix(logits.data(), lshape, sdk::dtype_f32());
+  router_->forward(xin, lt);
+
+  ids.assign(size_t(M * k), -1);
+  weights.assign(size_t(M * k), 0.f);
+  std::vector<double> p(static_cast<size_t>(E));
+  std::vector<int> order(static_cast<size_t>(E));
+  for (int64_t m = 0; m < M; ++m) {
+    const float* l = &logits[size_t(m * E)];
+    if (sigmoid_) {
+      for (int e = 0; e < E; ++e) p[size_t(e)] = 1.0 / (1.0 + std::exp(-double(l[e])));
+    } else {
+      double mx = *std::max_element(l, l + E);
+      double sum = 0;
+      for (int e = 0; e < E; ++e) sum += p[size_t(e)] = std::exp(double(l[e]) - mx);
+      for (int e = 0; e < E; ++e) p[size_t(e)] /= sum;
+    }
+    std::iota(order.begin(), order.end(), 0);
+    // Highest score first; equal scores go to the lower expert id, so routing is reproducible.
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+      return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
+    });
+    double total = 0;
+    for (int j = 0; j < k; ++j) total += p[size_t(order[size_t(j)])];
+    for (int j = 0; j < k; ++j) {
+      double w = p[size_t(order[size_t(j)])];
+      if (renormalize_ && total > 0) w /= total;
+      ids[size_t(m * k + j)] = order[size_t(j)];
+      weights[size_t(m * k + j)] = float(w);
+    }
+  }
+}
+
+void MoeLayer::forward(const DLTensor& x, DLTensor& y) const {
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+  route(x, ids, w);
+  int64_t M = x.shape[0];
+  int64_t shape[2] = {M, top_k_};
+  DLTensor ti = matrix(ids.data(), shape, sdk::dtype_i32());
+  DLTensor tw = matrix(w.data(), shape, sdk::dtype_f32());
+  experts_->forward(x, y, &ti, &tw);
+}
+
+void MoeLayer::forward_routed(const DLTensor& x, const DLTensor& topk_ids,
+                              const DLTensor& topk_weights, DLTensor& y) const {
+  const std::string& name = experts_->placement().layer;
+  int64_t M = check_activation(x, "input x", hidden_, name);
+  for (const DLTensor* t : {&topk_ids, &topk_weights}) {
+    const char* what = t == &topk_ids ? "topk_ids" : "topk_weights";
+    if (t->ndim != 2 || !t->shape || t->shape[0] != M || t->shape[1] != top_k_)
+      throw Error("layer " + name + ": " + what + " must be [" + std::to_string(M) + ", " +
+                  std::to_string(top_k_) + "]");
+  }
+  experts_->forward(x, y, &topk_ids, &topk_weights);
+}
+
+std::vector<Placement> MoeLayer::placements() const {
+  return {router_->placement(), experts_->placement()};
+}
+
+size_t MoeLayer::prepared_bytes() const { return experts_->prepared_bytes(); }
+
+}  // namespace nibble

@@ -1,0 +1,44 @@
+// A kernel together with a weight it prepared: the host side of prepare/forward/release, with
+// the host's tensor validation and workspace handling.
+#pragma once
+
+#include <nibble/registry.hpp>
+#include <nibble/runtime.hpp>
+
+#include <string>
+
+namespace nibble {
+
+class PreparedKernel {
+ public:
+  /// Prepare `weight` with the selected kernel; throws nibble::Error with the plugin's message.
+  PreparedKernel(const Registry& reg, const Selection& sel, const nibble_layer_desc& desc,
+                 const nibble_weight_input& weight, std::string part, int threads);
+  ~PreparedKernel();
+  PreparedKernel(const PreparedKernel&) = delete;
+  PreparedKernel& operator=(const PreparedKernel&) = delete;
+
+  /// Validate the tensors against the layer and run the kernel.
+  void forward(const DLTensor& x, DLTensor& y, const DLTensor* ids = nullptr,
+               const DLTensor* weights = nullptr) const;
+  /// The layer as described to the kernel (name owned here).
+  const nibble_layer_desc& desc() const { return desc_; }
+  /// Where it runs.
+  const Placement& placement() const { return placement_; }
+  /// Bytes the plugin holds (0 when its ABI minor has no prepared_bytes).
+  size_t prepared_bytes() const;
+
+ private:
+  const nibble_kernel* kernel_;
+  nibble_prepared* prepared_ = nullptr;
+  nibble_layer_desc desc_{};
+  std::string name_;
+  Placement placement_;
+  int threads_;
+};
+
+/// Check a 2-D activation tensor (x or y) and return its row count; `what` names it.
+int64_t check_activation(const DLTensor& t, const char* what, int64_t cols,
+                         const std::string& layer);
+
+}  // namespace nibble

@@ -1,0 +1,110 @@
+// Runtime: plugin loading, and building linear layers (decode → select → prepare).
+#include <nibble/error.hpp>
+#include <nibble/log.hpp>
+#include <nibble/runtime.hpp>
+
+#include <algorithm>
+#include <thread>
+
+#include "prepared_kernel.hpp"
+
+namespace nibble {
+
+namespace {
+
+int effective_threads(int threads) {
+  return threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void warn_fallback(const Selection& sel, const std::string& layer, const std::string& part) {
+  if (sel.passed_over.empty()) return;
+  std::string msg = layer + " (" + part + ") runs on " + sel.kernel->full_name() + " because:";
+  for (const auto& p : sel.passed_over) msg += "\n  " + p;
+  log(LogLevel::Warning, "core", msg);
+}
+
+}  // namespace
+
+Runtime::Runtime(RuntimeOptions options)
+    : options_(std::move(options)), registry_(Registry::load(options_)) {}
+
+nibble_layer_desc Runtime::describe(const CanonicalWeight& w, const char* name) const {
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_LINEAR;
+  d.name = name;
+  d.K = w.K;
+  d.N = w.N;
+  d.bits = w.bits;
+  d.group_size = w.group_size;
+  d.has_g_idx = w.g_idx.empty() ? 0 : 1;
+  d.symmetric = w.symmetric() ? 1 : 0;
+  d.has_bias = w.bias.empty() ? 0 : 1;
+  d.weight_dtype = w.scales_dtype;
+  d.numeric_mode =
+      options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
+  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  return d;
+}
+
+// Build a prepared dense layer (router or unconverted linear) from the checkpoint.
+std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const RuntimeOptions& o,
+                                                 const Checkpoint& ckpt, const std::string& prefix,
+                                                 const char* part) {
+  DenseTensor t = ckpt.dense_weight(prefix);
+  nibble_dense_weight w = t.view();
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_DENSE;
+  d.name = prefix.c_str();
+  d.K = t.K;
+  d.N = t.N;
+  d.has_bias = w.bias ? 1 : 0;
+  d.weight_dtype = w.dtype;
+  d.numeric_mode = NIBBLE_MODE_FLOAT;
+  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  Selection sel = reg.select(d, o.backend);
+  warn_fallback(sel, prefix, part);
+  nibble_weight_input in{};
+  in.struct_size = sizeof in;
+  in.dense = &w;
+  return std::make_shared<const PreparedKernel>(reg, sel, d, in, part, effective_threads(o.threads));
+}
+
+LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) const {
+  LinearLayer layer;
+  std::vector<LayerInfo> layers = ckpt.linear_layers();
+  auto it = std::find_if(layers.begin(), layers.end(),
+                         [&](const LayerInfo& l) { return l.prefix == prefix; });
+  if (it == layers.end()) {
+    std::string known;
+    for (size_t i = 0; i < layers.size() && i < 8; ++i) known += "\n  " + layers[i].prefix;
+    if (layers.size() > 8) known += "\n  ... (" + std::to_string(layers.size() - 8) + " more)";
+    throw Error("checkpoint " + ckpt.directory().string() + " has no linear layer '" + prefix +
+                "'" + (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
+  }
+  if (it->kind == LayerKind::Dense) {
+    layer.op_ = make_dense(*registry_, options_, ckpt, prefix, "dense");
+    return layer;
+  }
+  // The canonical weight lives only until the backend has repacked it.
+  CanonicalWeight w = ckpt.decode_linear(prefix);
+  nibble_layer_desc d = describe(w, prefix.c_str());
+  Selection sel = registry_->select(d, options_.backend);
+  warn_fallback(sel, prefix, "linear");
+  nibble_canonical_weight view = w.view();
+  nibble_weight_input in{};
+  in.struct_size = sizeof in;
+  in.quantized = &view;
+  layer.op_ = std::make_shared<const PreparedKernel>(*registry_, sel, d, in, "linear",
+                                                     effective_threads(options_.threads));
+  return layer;
+}
+
+void LinearLayer::forward(const DLTensor& x, DLTensor& y) const { op_->forward(x, y); }
+int64_t LinearLayer::in_features() const { return op_->desc().K; }
+int64_t LinearLayer::out_features() const { return op_->desc().N; }
+const Placement& LinearLayer::placement() const { return op_->placement(); }
+size_t LinearLayer::prepared_bytes() const { return op_->prepared_bytes(); }
+
+}  // namespace nibble

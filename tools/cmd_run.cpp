@@ -1,0 +1,143 @@
+// nibble run: one linear layer or one MoE block (router included) of a checkpoint, on an input
+// tensor from a safetensors file; the result is written as tensor "y" in the input's dtype.
+#include <nibble/error.hpp>
+#include <nibble/runtime.hpp>
+#include <nibble/safetensors.hpp>
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cli_options.hpp"
+#include "commands.hpp"
+
+namespace {
+
+const char* kHelp =
+    "usage: nibble run --model DIR --layer PREFIX --input FILE.safetensors:TENSOR\n"
+    "                  --output FILE.safetensors [--top-k K] [--no-renormalize | --renormalize]\n"
+    "                  [--explain] [runtime flags]\n\n"
+    "Runs one linear layer, or one MoE block (recognised from the prefix, router included), on\n"
+    "the input tensor [M, K] (f32, bf16 or f16) and writes the result as tensor \"y\" in the\n"
+    "input's dtype. --explain prints which backend and kernel ran each part and why the others\n"
+    "could not.\n\n";
+
+struct RunArgs {
+  std::string model, layer, input, output;
+  int top_k = 0;
+  std::optional<bool> renormalize;
+  bool explain = false;
+};
+
+RunArgs parse(std::vector<std::string>& args) {
+  RunArgs r;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw nibble::Error(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--model") r.model = value();
+    else if (a == "--layer") r.layer = value();
+    else if (a == "--input") r.input = value();
+    else if (a == "--output") r.output = value();
+    else if (a == "--top-k") {
+      std::string v = value();
+      try {
+        r.top_k = std::stoi(v);
+      } catch (const std::exception&) {
+        r.top_k = -1;
+      }
+      if (r.top_k <= 0) throw nibble::Error("--top-k '" + v + "' is not a positive whole number");
+    } else if (a == "--no-renormalize") r.renormalize = false;
+    else if (a == "--renormalize") r.renormalize = true;
+    else if (a == "--explain") r.explain = true;
+    else throw nibble::Error("unknown option '" + a + "' (see nibble run --help)");
+  }
+  for (auto [flag, v] : {std::pair{"--model", &r.model}, {"--layer", &r.layer},
+                         {"--input", &r.input}, {"--output", &r.output}})
+    if (v->empty()) throw nibble::Error(std::string(flag) + " is required (see nibble run --help)");
+  return r;
+}
+
+void print_placement(const nibble::Placement& p) {
+  fmt::print("{} [{}]: {}/{}\n", p.layer, p.part, p.backend, p.kernel);
+  for (const auto& line : p.alternatives) fmt::print("    {}\n", line);
+}
+
+}  // namespace
+
+int nibble_cmd_run(int argc, char** argv) {
+  auto args = nibble::cli::to_args(argc, argv);
+  if (nibble::cli::wants_help(args)) {
+    fmt::print("{}{}\nexample: nibble run --model ./ckpt --layer model.layers.0.mlp "
+               "--input x.safetensors:x --output y.safetensors --backend cpu_amx --explain\n",
+               kHelp, nibble::cli::common_flags_help());
+    return 0;
+  }
+  auto flags = nibble::cli::take_common_flags(args);
+  RunArgs r = parse(args);
+  size_t colon = r.input.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == r.input.size())
+    throw nibble::Error("--input '" + r.input + "' must be FILE.safetensors:TENSOR");
+  std::string in_file = r.input.substr(0, colon), in_tensor = r.input.substr(colon + 1);
+
+  nibble::Runtime rt(nibble::cli::resolve_options(flags));
+  auto ckpt = nibble::Checkpoint::open(r.model);
+  auto input = nibble::SafetensorsFile::open(in_file);
+  const nibble::TensorView& xv = input->tensor(in_tensor);
+  if (xv.shape.size() != 2)
+    throw nibble::Error(in_file + ": tensor " + in_tensor + " is " + xv.shape_string() +
+                        "; expected 2-D [M, K]");
+  if (xv.dtype != nibble::DType::F32 && xv.dtype != nibble::DType::BF16 &&
+      xv.dtype != nibble::DType::F16)
+    throw nibble::Error(in_file + ": tensor " + in_tensor + " is " +
+                        std::string(nibble::dtype_name(xv.dtype)) + "; expected F32, BF16 or F16");
+  // Mapped data may be unaligned: copy it into an aligned buffer.
+  const int64_t M = xv.shape[0], K = xv.shape[1];
+  std::vector<uint64_t> xbuf((xv.nbytes + 7) / 8);
+  std::memcpy(xbuf.data(), xv.data, xv.nbytes);
+  int64_t xshape[2] = {M, K};
+  DLTensor x{xbuf.data(), {kDLCPU, 0}, 2, nibble::to_dlpack(xv.dtype), xshape, nullptr, 0};
+
+  auto blocks = ckpt.moe_blocks();
+  bool is_moe = std::any_of(blocks.begin(), blocks.end(),
+                            [&](const nibble::MoeInfo& b) { return b.prefix == r.layer; });
+  int64_t out_cols = 0;
+  std::vector<uint64_t> ybuf;
+  int64_t yshape[2] = {M, 0};
+  DLTensor y{nullptr, {kDLCPU, 0}, 2, x.dtype, yshape, nullptr, 0};
+  auto alloc_y = [&](int64_t cols) {
+    out_cols = cols;
+    yshape[1] = cols;
+    ybuf.assign((size_t(M * cols) * nibble::dtype_size(xv.dtype) + 7) / 8, 0);
+    y.data = ybuf.data();
+  };
+  std::vector<nibble::Placement> placements;
+  if (is_moe) {
+    nibble::MoeOptions mo;
+    mo.top_k = r.top_k;
+    mo.renormalize = r.renormalize;
+    auto moe = rt.moe(ckpt, r.layer, mo);
+    alloc_y(moe.hidden());
+    moe.forward(x, y);
+    placements = moe.placements();
+  } else {
+    if (r.top_k || r.renormalize)
+      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " + r.layer +
+                          " is not one");
+    auto lin = rt.linear(ckpt, r.layer);
+    alloc_y(lin.out_features());
+    lin.forward(x, y);
+    placements = {lin.placement()};
+  }
+  nibble::TensorToWrite out{"y", xv.dtype, {M, out_cols},
+                            std::span<const std::byte>(reinterpret_cast<const std::byte*>(ybuf.data()),
+                                                       size_t(M * out_cols) * nibble::dtype_size(xv.dtype))};
+  nibble::write_safetensors(r.output, {out});
+  if (r.explain)
+    for (const auto& p : placements) print_placement(p);
+  fmt::print("wrote y [{}, {}] {} to {}\n", M, out_cols, nibble::dtype_name(xv.dtype), r.output);
+  return 0;
+}
