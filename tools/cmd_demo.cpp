@@ -175,20 +175,23 @@ std::vector<double> reference_moe(const nibble::Checkpoint& ckpt, const std::str
 int nibble_cmd_demo(int argc, char** argv) {
   auto args = nibble::cli::to_args(argc, argv);
   if (nibble::cli::wants_help(args)) {
-    fmt::print("usage: nibble demo [runtime flags]\n\n"
-               "Makes a small GPTQ and an AWQ model (three linear layers and one 8-expert MoE\n"
-               "block) with the synthetic quantizer, caches it (NIBBLE_CACHE_DIR, else\n"
-               "~/.cache/nibble), runs every layer on every available backend and numeric mode,\n"
-               "and prints the error against a float64 reference and the time per call.\n\n{}\n"
-               "example: nibble demo --threads 2\n",
-               nibble::cli::common_flags_help());
+    fmt::print(
+        "usage: nibble demo [runtime flags]\n\n"
+        "Makes a small GPTQ and an AWQ model (three linear layers and one 8-expert MoE\n"
+        "block) with the synthetic quantizer, caches it (NIBBLE_CACHE_DIR, else\n"
+        "~/.cache/nibble), runs every layer on every available backend and numeric mode,\n"
+        "and prints the error against a float64 reference and the time per call.\n\n{}\n"
+        "example: nibble demo --threads 2\n",
+        nibble::cli::common_flags_help());
     return 0;
   }
   auto flags = nibble::cli::take_common_flags(args);
   bool quiet = false;
   for (const auto& a : args) {
-    if (a == "--quiet") quiet = true;
-    else throw nibble::Error("unknown option '" + a + "' (see nibble demo --help)");
+    if (a == "--quiet")
+      quiet = true;
+    else
+      throw nibble::Error("unknown option '" + a + "' (see nibble demo --help)");
   }
   nibble::RuntimeOptions base = nibble::cli::resolve_options(flags);
   nibble::Runtime probe_rt(base);
@@ -272,16 +275,16 @@ int nibble_cmd_demo(int argc, char** argv) {
           std::vector<float> wts;
           moe.route(x.t, ids, wts);
           moe.forward(x.t, y.t);
-          double err =
-              rel_error(reference_moe(ckpt, info.prefix, x, M, moe.top_k(), ids, wts), y);
+          double err = rel_error(reference_moe(ckpt, info.prefix, x, M, moe.top_k(), ids, wts), y);
           double secs = median_seconds([&] { moe.forward(x.t, y.t); });
           row(info.prefix + " (moe)", moe.placements()[1], err, secs);
         }
       }
     }
   }
-  fmt::print("\nrel.error = ‖y − y_ref‖ / ‖y_ref‖ against float64 on the same bf16 inputs "
-             "(bf16 output rounding alone gives ~2e-3; w4a8 adds int8 activation rounding).\n");
+  fmt::print(
+      "\nrel.error = ‖y − y_ref‖ / ‖y_ref‖ against float64 on the same bf16 inputs "
+      "(bf16 output rounding alone gives ~2e-3; w4a8 adds int8 activation rounding).\n");
   if (failures) fmt::print("{} results exceeded their kernel's declared bound\n", failures);
   return failures ? 1 : 0;
 }

@@ -83,7 +83,8 @@ void print_text(const nibble::Checkpoint& ckpt, const std::vector<nibble::LayerI
     fmt::print("  method {}  bits {}  group_size {}  sym {}  desc_act {}  format {}\n",
                nibble::quant_method_name(q->method), q->bits, group_label(q->group_size), q->sym,
                q->desc_act, q->checkpoint_format);
-    fmt::print("  static_groups {}  true_sequential {}  lm_head {}\n", q->static_groups, q->true_sequential, q->lm_head);
+    fmt::print("  static_groups {}  true_sequential {}  lm_head {}\n", q->static_groups,
+               q->true_sequential, q->lm_head);
     if (!q->modules_to_not_convert.empty()) {
       fmt::print("  modules_to_not_convert: {}\n", fmt::join(q->modules_to_not_convert, ", "));
     }
@@ -93,19 +94,22 @@ void print_text(const nibble::Checkpoint& ckpt, const std::vector<nibble::LayerI
       if (r.group_size) o.push_back(fmt::format("group_size={}", *r.group_size));
       if (r.sym) o.push_back(fmt::format("sym={}", *r.sym));
       if (r.desc_act) o.push_back(fmt::format("desc_act={}", *r.desc_act));
-      fmt::print("  dynamic {}{}: {}\n", r.skip ? "-:" : "", r.pattern, r.skip ? "skip" : fmt::format("{}", fmt::join(o, " ")));
+      fmt::print("  dynamic {}{}: {}\n", r.skip ? "-:" : "", r.pattern,
+                 r.skip ? "skip" : fmt::format("{}", fmt::join(o, " ")));
     }
   } else {
     fmt::print("quantization: none (dense checkpoint)\n");
   }
   fmt::print("\nlinear layers ({}):\n", layers.size());
   for (const auto& l : layers) {
-    std::string what = l.kind == nibble::LayerKind::Quantized
-                           ? fmt::format("{}-bit g{}{}{} scales {}", l.bits, l.group_size,
-                                         l.symmetric ? " sym" : " asym", l.act_order ? " act-order" : "", l.dtype)
-                           : l.dtype;
-    fmt::print("  {:<48} {:<9} K={:<6} N={:<6} {}{}  {} bytes{}\n", l.prefix, l.scheme, l.K, l.N, what,
-               l.has_bias ? " +bias" : "", l.bytes, l.note.empty() ? "" : "  (" + l.note + ")");
+    std::string what =
+        l.kind == nibble::LayerKind::Quantized
+            ? fmt::format("{}-bit g{}{}{} scales {}", l.bits, l.group_size,
+                          l.symmetric ? " sym" : " asym", l.act_order ? " act-order" : "", l.dtype)
+            : l.dtype;
+    fmt::print("  {:<48} {:<9} K={:<6} N={:<6} {}{}  {} bytes{}\n", l.prefix, l.scheme, l.K, l.N,
+               what, l.has_bias ? " +bias" : "", l.bytes,
+               l.note.empty() ? "" : "  (" + l.note + ")");
   }
   if (!blocks.empty()) {
     fmt::print("\nMoE blocks ({}):\n", blocks.size());
@@ -113,9 +117,12 @@ void print_text(const nibble::Checkpoint& ckpt, const std::vector<nibble::LayerI
       fmt::print("  {} ({}, router {}): {} experts, hidden {}, intermediate {}, {}\n", m.prefix,
                  nibble::moe_style_name(m.style), m.router_prefix, m.num_experts, m.hidden,
                  m.intermediate, m.scheme);
-      fmt::print("    w13 {}-bit g{}, w2 {}-bit g{}{}; top_k {}, norm_topk_prob {}, {} scoring; {} bytes\n",
-                 m.w13_bits, m.w13_group_size, m.w2_bits, m.w2_group_size, m.act_order ? ", act-order" : "",
-                 m.top_k ? std::to_string(m.top_k) : "unknown", m.norm_topk_prob, m.scoring, m.bytes);
+      fmt::print(
+          "    w13 {}-bit g{}, w2 {}-bit g{}{}; top_k {}, norm_topk_prob {}, {} scoring; {} "
+          "bytes\n",
+          m.w13_bits, m.w13_group_size, m.w2_bits, m.w2_group_size,
+          m.act_order ? ", act-order" : "", m.top_k ? std::to_string(m.top_k) : "unknown",
+          m.norm_topk_prob, m.scoring, m.bytes);
     }
   }
   fmt::print("\nwarnings ({}):\n", ckpt.warnings().size());

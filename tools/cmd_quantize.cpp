@@ -34,7 +34,8 @@ const char* kQuantizeHelp =
     "  --skip A,B             with --in: leave modules whose name contains A or B dense\n"
     "  --shard-bytes N        write shards of about N bytes plus model.safetensors.index.json\n\n"
     "Packing: GPTQ needs K and N multiples of 8 (4-bit) or 4 (8-bit); AWQ needs N % 8 == 0.\n\n"
-    "example: nibble quantize --synthetic --out /tmp/tiny --format gptq_v2 --bits 4 --group-size 64 \\\n"
+    "example: nibble quantize --synthetic --out /tmp/tiny --format gptq_v2 --bits 4 --group-size "
+    "64 \\\n"
     "           --asym --act-order --layers 512x384,384x512 --moe 8:256:384:2 --seed 1\n";
 
 int64_t parse_int(const std::string& text, const std::string& what) {
@@ -111,14 +112,16 @@ int nibble_cmd_quantize(int argc, char** argv) {
     } else if (a == "--layers") {
       for (const auto& item : split(value(), ',')) {
         auto kn = split(item, 'x');
-        if (kn.size() != 2) return usage_error(fmt::format("--layers item \"{}\" is not KxN", item));
+        if (kn.size() != 2)
+          return usage_error(fmt::format("--layers item \"{}\" is not KxN", item));
         spec.layers.emplace_back(parse_int(kn[0], "--layers K"), parse_int(kn[1], "--layers N"));
       }
     } else if (a == "--moe") {
       auto parts = split(value(), ':');
       if (parts.size() != 4) return usage_error("--moe expects E:K:I:TOPK");
-      spec.moe = nibble::SyntheticMoe{int(parse_int(parts[0], "--moe E")), parse_int(parts[1], "--moe K"),
-                                      parse_int(parts[2], "--moe I"), int(parse_int(parts[3], "--moe TOPK"))};
+      spec.moe = nibble::SyntheticMoe{
+          int(parse_int(parts[0], "--moe E")), parse_int(parts[1], "--moe K"),
+          parse_int(parts[2], "--moe I"), int(parse_int(parts[3], "--moe TOPK"))};
     } else {
       return usage_error(fmt::format("unknown option {}", a));
     }
@@ -139,14 +142,16 @@ int nibble_cmd_quantize(int argc, char** argv) {
   options.act_order = act_order;
   spec.bias = bias;
   if (!synthetic && (!spec.layers.empty() || spec.moe || bias)) {
-    return usage_error("--layers, --moe and --bias describe a synthetic model; use them with --synthetic");
+    return usage_error(
+        "--layers, --moe and --bias describe a synthetic model; use them with --synthetic");
   }
   nibble::QuantizedModel model = synthetic ? nibble::make_synthetic_model(spec, options, kind)
                                            : nibble::quantize_checkpoint(in, options, kind, skip);
   nibble::write_checkpoint(out, model, kind, options, shard_bytes);
-  fmt::print("wrote {}: {} quantized layer(s) as {} ({}-bit, group size {}, {}{}), {} other tensor(s)\n",
-             out, model.quantized.size(), nibble::scheme_name(kind), options.bits, options.group_size,
-             options.sym ? "sym" : "asym", options.act_order ? ", act-order" : "", model.plain.size());
+  fmt::print(
+      "wrote {}: {} quantized layer(s) as {} ({}-bit, group size {}, {}{}), {} other tensor(s)\n",
+      out, model.quantized.size(), nibble::scheme_name(kind), options.bits, options.group_size,
+      options.sym ? "sym" : "asym", options.act_order ? ", act-order" : "", model.plain.size());
   for (const auto& note : model.notes) fmt::print("  note: {}\n", note);
   return 0;
 }

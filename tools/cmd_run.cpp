@@ -38,10 +38,14 @@ RunArgs parse(std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw nibble::Error(a + " needs a value");
       return args[++i];
     };
-    if (a == "--model") r.model = value();
-    else if (a == "--layer") r.layer = value();
-    else if (a == "--input") r.input = value();
-    else if (a == "--output") r.output = value();
+    if (a == "--model")
+      r.model = value();
+    else if (a == "--layer")
+      r.layer = value();
+    else if (a == "--input")
+      r.input = value();
+    else if (a == "--output")
+      r.output = value();
     else if (a == "--top-k") {
       std::string v = value();
       try {
@@ -50,13 +54,19 @@ RunArgs parse(std::vector<std::string>& args) {
         r.top_k = -1;
       }
       if (r.top_k <= 0) throw nibble::Error("--top-k '" + v + "' is not a positive whole number");
-    } else if (a == "--no-renormalize") r.renormalize = false;
-    else if (a == "--renormalize") r.renormalize = true;
-    else if (a == "--explain") r.explain = true;
-    else throw nibble::Error("unknown option '" + a + "' (see nibble run --help)");
+    } else if (a == "--no-renormalize")
+      r.renormalize = false;
+    else if (a == "--renormalize")
+      r.renormalize = true;
+    else if (a == "--explain")
+      r.explain = true;
+    else
+      throw nibble::Error("unknown option '" + a + "' (see nibble run --help)");
   }
-  for (auto [flag, v] : {std::pair{"--model", &r.model}, {"--layer", &r.layer},
-                         {"--input", &r.input}, {"--output", &r.output}})
+  for (auto [flag, v] : {std::pair{"--model", &r.model},
+                         {"--layer", &r.layer},
+                         {"--input", &r.input},
+                         {"--output", &r.output}})
     if (v->empty()) throw nibble::Error(std::string(flag) + " is required (see nibble run --help)");
   return r;
 }
@@ -71,9 +81,10 @@ void print_placement(const nibble::Placement& p) {
 int nibble_cmd_run(int argc, char** argv) {
   auto args = nibble::cli::to_args(argc, argv);
   if (nibble::cli::wants_help(args)) {
-    fmt::print("{}{}\nexample: nibble run --model ./ckpt --layer model.layers.0.mlp "
-               "--input x.safetensors:x --output y.safetensors --backend cpu_amx --explain\n",
-               kHelp, nibble::cli::common_flags_help());
+    fmt::print(
+        "{}{}\nexample: nibble run --model ./ckpt --layer model.layers.0.mlp "
+        "--input x.safetensors:x --output y.safetensors --backend cpu_amx --explain\n",
+        kHelp, nibble::cli::common_flags_help());
     return 0;
   }
   auto flags = nibble::cli::take_common_flags(args);
@@ -125,16 +136,18 @@ int nibble_cmd_run(int argc, char** argv) {
     placements = moe.placements();
   } else {
     if (r.top_k || r.renormalize)
-      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " + r.layer +
-                          " is not one");
+      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " + r.layer + " is not one");
     auto lin = rt.linear(ckpt, r.layer);
     alloc_y(lin.out_features());
     lin.forward(x, y);
     placements = {lin.placement()};
   }
-  nibble::TensorToWrite out{"y", xv.dtype, {M, out_cols},
-                            std::span<const std::byte>(reinterpret_cast<const std::byte*>(ybuf.data()),
-                                                       size_t(M * out_cols) * nibble::dtype_size(xv.dtype))};
+  nibble::TensorToWrite out{
+      "y",
+      xv.dtype,
+      {M, out_cols},
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(ybuf.data()),
+                                 size_t(M * out_cols) * nibble::dtype_size(xv.dtype))};
   nibble::write_safetensors(r.output, {out});
   if (r.explain)
     for (const auto& p : placements) print_placement(p);

@@ -19,6 +19,8 @@ struct Command {
 const Command kCommands[] = {
     {"backends", nibble_cmd_backends, "list plugin files, backends, availability and kernels"},
     {"demo", nibble_cmd_demo, "quantize a small model and run it on every backend"},
+    {"inspect", nibble_cmd_inspect, "show a checkpoint's quantization config, layers and warnings"},
+    {"quantize", nibble_cmd_quantize, "quantize a checkpoint (or a synthetic one) to GPTQ or AWQ"},
     {"run", nibble_cmd_run, "run one linear layer or MoE block of a checkpoint on an input"},
 };
 

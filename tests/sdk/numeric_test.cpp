@@ -24,7 +24,7 @@ TEST(Numeric, HalfKnownValues) {
   EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(f32_to_f16(65504.f), 0x7bff);
-  EXPECT_EQ(f32_to_f16(65520.f), 0x7c00);                 // rounds to infinity
+  EXPECT_EQ(f32_to_f16(65520.f), 0x7c00);                      // rounds to infinity
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.f, -11)), 0x3c00);  // tie to even
   EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.f, -11)), 0x3c02);
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(std::nanf("")))));

@@ -25,11 +25,11 @@ namespace nibble {
 
 /// Where one part of a layer runs, and which candidates were passed over on the way.
 struct Placement {
-  std::string layer;                     ///< the checkpoint prefix
-  std::string part;                      ///< "linear", "dense", "router" or "experts"
-  std::string backend;                   ///< the backend that runs it
-  std::string kernel;                    ///< the kernel's name
-  std::vector<std::string> passed_over;  ///< "backend/kernel: reason" of earlier candidates
+  std::string layer;                      ///< the checkpoint prefix
+  std::string part;                       ///< "linear", "dense", "router" or "experts"
+  std::string backend;                    ///< the backend that runs it
+  std::string kernel;                     ///< the kernel's name
+  std::vector<std::string> passed_over;   ///< "backend/kernel: reason" of earlier candidates
   std::vector<std::string> alternatives;  ///< every loaded kernel of this op and its verdict
 };
 

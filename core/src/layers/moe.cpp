@@ -135,7 +135,8 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   in.experts = &src;
   int threads = options_.threads > 0 ? options_.threads
                                      : int(std::max(1u, std::thread::hardware_concurrency()));
-  layer.experts_ = std::make_shared<const PreparedKernel>(*registry_, sel, d, in, "experts", threads);
+  layer.experts_ =
+      std::make_shared<const PreparedKernel>(*registry_, sel, d, in, "experts", threads);
   return layer;
 }
 

@@ -70,8 +70,8 @@ int64_t check_activation(const DLTensor& t, const char* what, int64_t cols,
 }
 
 PreparedKernel::PreparedKernel(const Registry& reg, const Selection& sel,
-                               const nibble_layer_desc& desc,
-                               const nibble_weight_input& weight, std::string part, int threads)
+                               const nibble_layer_desc& desc, const nibble_weight_input& weight,
+                               std::string part, int threads)
     : kernel_(sel.kernel->kernel),
       desc_(desc),
       name_(desc.name ? desc.name : ""),

@@ -68,7 +68,8 @@ std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const Runt
   nibble_weight_input in{};
   in.struct_size = sizeof in;
   in.dense = &w;
-  return std::make_shared<const PreparedKernel>(reg, sel, d, in, part, effective_threads(o.threads));
+  return std::make_shared<const PreparedKernel>(reg, sel, d, in, part,
+                                                effective_threads(o.threads));
 }
 
 LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) const {

@@ -110,9 +110,9 @@ std::vector<std::string> Registry::explain(const nibble_layer_desc& desc) const 
     }
     for (const KernelInfo* k : ks) {
       std::string why = can_implement(*k, desc);
-      lines.push_back(k->full_name() + ": " +
-                      (why.empty() ? "can run it (priority " + std::to_string(k->priority) + ")"
-                                   : why));
+      lines.push_back(
+          k->full_name() + ": " +
+          (why.empty() ? "can run it (priority " + std::to_string(k->priority) + ")" : why));
     }
   }
   return lines;

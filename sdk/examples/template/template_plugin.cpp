@@ -85,8 +85,8 @@ class MoePrepared : public nibble::sdk::Prepared {
       w13_.emplace_back(QuantWeight(w13, "expert " + std::to_string(e) + " w13"));
       w2_.emplace_back(QuantWeight(w2, "expert " + std::to_string(e) + " w2"));
       src.put_expert(src.ctx, e);
-      nibble::sdk::require(w13_.back().N == 2 * I_ && w13_.back().K == K_ &&
-                               w2_.back().N == K_ && w2_.back().K == I_,
+      nibble::sdk::require(w13_.back().N == 2 * I_ && w13_.back().K == K_ && w2_.back().N == K_ &&
+                               w2_.back().K == I_,
                            "expert " + std::to_string(e) + ": shapes do not match the layer");
     }
   }
@@ -145,9 +145,7 @@ struct TemplateBackend : nibble::sdk::Backend {
   static constexpr const char* version = "0.1.0";
   static constexpr const char* vendor = "you";
   static constexpr const char* description = "scalar reference kernels to start a backend from";
-  nibble::sdk::Probe probe() override {
-    return {true, 0, "portable C++; runs everywhere"};
-  }
+  nibble::sdk::Probe probe() override { return {true, 0, "portable C++; runs everywhere"}; }
   std::vector<std::unique_ptr<nibble::sdk::Kernel>> make_kernels() override {
     std::vector<std::unique_ptr<nibble::sdk::Kernel>> k;
     k.push_back(std::make_unique<ScalarLinear>());
