@@ -42,6 +42,8 @@ CommonFlags take_common_flags(std::vector<std::string>& args) {
       f.config = value("--config");
     else if (a == "--no-default-plugin-dir")
       f.no_default_plugin_dir = true;
+    else if (a == "--allow-unsafe-plugin-dirs")
+      f.allow_unsafe_plugin_dirs = true;
     else
       rest.push_back(a);
   }
@@ -68,6 +70,8 @@ RuntimeOptions resolve_options(const CommonFlags& f) {
   }
   if (!f.mode.empty()) o.mode = parse_mode(f.mode, "--mode");
   if (f.no_default_plugin_dir) o.use_default_plugin_dir = false;
+  if (f.allow_unsafe_plugin_dirs) o.allow_unsafe_plugin_dirs = true;
+  if (f.allow_unsafe_plugin_dirs) o.allow_unsafe_plugin_dirs = true;
   return o;
 }
 
@@ -78,7 +82,8 @@ const char* common_flags_help() {
          "  --threads N            threads per layer, 0 = all (NIBBLE_THREADS)\n"
          "  --mode w4a16|w4a8      numeric mode of quantized layers (NIBBLE_MODE)\n"
          "  --config FILE          JSON runtime config (NIBBLE_CONFIG)\n"
-         "  --no-default-plugin-dir  do not search the install's own plugin directory\n";
+         "  --no-default-plugin-dir  do not search the install's own plugin directory\n"
+         "  --allow-unsafe-plugin-dirs  load from world-writable or foreign-owned places\n";
 }
 
 }  // namespace nibble::cli

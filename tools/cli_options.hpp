@@ -14,6 +14,7 @@ struct CommonFlags {
   std::vector<std::string> plugin_dirs;
   std::string backend, threads, mode, config;
   bool no_default_plugin_dir = false;
+  bool allow_unsafe_plugin_dirs = false;
 };
 
 /// Remove the common flags from args (throws nibble::Error on a flag missing its value).

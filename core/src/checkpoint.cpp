@@ -25,14 +25,17 @@ bool is_float(DType d) { return d == DType::F16 || d == DType::BF16 || d == DTyp
 // Module names whose 2-D `.weight` is not a linear layer's: embeddings (and norms, which are
 // 1-D anyway but are excluded by name for clarity).
 bool is_linear_module_name(const std::string& prefix) {
-  std::string last = prefix.substr(prefix.rfind('.') == std::string::npos ? 0 : prefix.rfind('.') + 1);
+  std::string last =
+      prefix.substr(prefix.rfind('.') == std::string::npos ? 0 : prefix.rfind('.') + 1);
   return last.find("embed") == std::string::npos && last.find("norm") == std::string::npos &&
          last != "wte" && last != "wpe";
 }
 
 }  // namespace
 
-std::string_view moe_style_name(MoeStyle style) { return style == MoeStyle::Qwen ? "qwen" : "mixtral"; }
+std::string_view moe_style_name(MoeStyle style) {
+  return style == MoeStyle::Qwen ? "qwen" : "mixtral";
+}
 
 nibble_dense_weight DenseTensor::view() const {
   nibble_dense_weight v{};
@@ -57,9 +60,10 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
     } else if (fs::exists(path / "model.safetensors")) {
       cp.store_ = TensorStore::open(path / "model.safetensors");
     } else {
-      throw Error(fmt::format("checkpoint directory {} has neither model.safetensors nor "
-                              "model.safetensors.index.json",
-                              path.string()));
+      throw Error(
+          fmt::format("checkpoint directory {} has neither model.safetensors nor "
+                      "model.safetensors.index.json",
+                      path.string()));
     }
   } else if (fs::is_regular_file(path, ec)) {
     cp.dir_ = path.parent_path().empty() ? fs::path(".") : path.parent_path();
@@ -78,7 +82,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
     std::string text(size_t(size), '\0');
     in.read(text.data(), std::streamsize(size));
     cp.config_ = detail::parse_json(text, config.string());
-    if (!cp.config_.is_object()) throw Error(fmt::format("{}: expected a JSON object", config.string()));
+    if (!cp.config_.is_object())
+      throw Error(fmt::format("{}: expected a JSON object", config.string()));
   }
   cp.quant_ = load_quant_config(cp.dir_);
   cp.discover();
@@ -98,16 +103,18 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
   ModuleQuant mq = cfg.for_module(prefix);
   if (!mq.quantized) {
     // The tensors are the ground truth: a qweight is decoded, but the user hears about it.
-    warnings_.push_back(fmt::format("layer {} has a qweight although {} ({}); decoding it with the "
-                                    "global settings",
-                                    prefix, mq.reason, cfg.source));
+    warnings_.push_back(
+        fmt::format("layer {} has a qweight although {} ({}); decoding it with the "
+                    "global settings",
+                    prefix, mq.reason, cfg.source));
     mq = ModuleQuant{true, cfg.bits, cfg.group_size, cfg.sym, cfg.desc_act, ""};
   }
   layer.params = SchemeParams{mq.bits, mq.group_size, mq.sym};
   if (cfg.method == QuantMethod::Awq) {
     layer.kind = SchemeKind::AwqGemm;
   } else {
-    SchemeKind labelled = cfg.checkpoint_format == "gptq_v2" ? SchemeKind::GptqV2 : SchemeKind::GptqV1;
+    SchemeKind labelled =
+        cfg.checkpoint_format == "gptq_v2" ? SchemeKind::GptqV2 : SchemeKind::GptqV1;
     get_scheme(labelled).check(t, layer.params);  // shapes first, then the F.2 value check
     layer.kind = resolve_gptq_scheme(t, layer.params, labelled, warnings_);
   }
@@ -129,9 +136,10 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
     for (int64_t k = 0; k < info.K; ++k) {
       int32_t g = t.g_idx->i32(size_t(k));
       if (g < 0 || g >= layer.shape.num_groups) {
-        throw Error(fmt::format("tensor {} in {}: g_idx[{}] = {} is outside [0, {}) (group_size = "
-                                "{})",
-                                t.g_idx->name, t.g_idx->file, k, g, layer.shape.num_groups, mq.group_size));
+        throw Error(
+            fmt::format("tensor {} in {}: g_idx[{}] = {} is outside [0, {}) (group_size = "
+                        "{})",
+                        t.g_idx->name, t.g_idx->file, k, g, layer.shape.num_groups, mq.group_size));
       }
       int64_t identity = mq.group_size == -1 ? 0 : k / mq.group_size;
       info.act_order = info.act_order || g != identity;
@@ -176,17 +184,21 @@ void Checkpoint::discover() {
     }
   }
   if (!qprefixes.empty() && !quant_) {
-    throw Error(fmt::format("checkpoint {} holds quantized tensors (e.g. {}.qweight) but no "
-                            "quantization config (config.json quantization_config, "
-                            "quantize_config.json or quant_config.json)",
-                            dir_.string(), *qprefixes.begin()));
+    throw Error(
+        fmt::format("checkpoint {} holds quantized tensors (e.g. {}.qweight) but no "
+                    "quantization config (config.json quantization_config, "
+                    "quantize_config.json or quant_config.json)",
+                    dir_.string(), *qprefixes.begin()));
   }
   for (const auto& p : qprefixes) quantized_.emplace(p, make_quant_layer(p));
   for (const auto& n : names) {
     if (!ends_with(n, ".weight")) continue;
     std::string p = strip_suffix(n, ".weight");
     const TensorView* w = store_.find(n);
-    if (qprefixes.count(p) || w->shape.size() != 2 || !is_float(w->dtype) || !is_linear_module_name(p)) continue;
+    if (qprefixes.count(p) || w->shape.size() != 2 || w->numel() == 0 || !is_float(w->dtype) ||
+        !is_linear_module_name(p)) {
+      continue;
+    }
     DenseLayer d;
     d.tensor.prefix = p;
     d.tensor.weight = w;
@@ -196,8 +208,9 @@ void Checkpoint::discover() {
     if (d.tensor.bias) {
       const TensorView& b = *d.tensor.bias;
       if (!is_float(b.dtype) || b.shape != std::vector<int64_t>{d.tensor.N}) {
-        throw Error(fmt::format("tensor {} in {} is {} {}, expected a float tensor [{}] matching {}",
-                                b.name, b.file, dtype_name(b.dtype), b.shape_string(), d.tensor.N, n));
+        throw Error(
+            fmt::format("tensor {} in {} is {} {}, expected a float tensor [{}] matching {}",
+                        b.name, b.file, dtype_name(b.dtype), b.shape_string(), d.tensor.N, n));
       }
     }
     d.info.prefix = p;
@@ -213,19 +226,23 @@ void Checkpoint::discover() {
   if (quant_) {
     bool lm_head_quantized = false;
     for (const auto& p : qprefixes) lm_head_quantized |= p == "lm_head" || p.ends_with(".lm_head");
-    if (quant_->lm_head && !lm_head_quantized && (dense_.count("lm_head") || store_.find("lm_head.weight"))) {
-      warnings_.push_back(fmt::format("{} says lm_head: true, but lm_head is stored dense; it is "
-                                      "used as a dense layer",
-                                      quant_->source));
+    if (quant_->lm_head && !lm_head_quantized &&
+        (dense_.count("lm_head") || store_.find("lm_head.weight"))) {
+      warnings_.push_back(
+          fmt::format("{} says lm_head: true, but lm_head is stored dense; it is "
+                      "used as a dense layer",
+                      quant_->source));
     }
     if (!quant_->lm_head && lm_head_quantized) {
-      warnings_.push_back(fmt::format("{} says lm_head: false, but the checkpoint has a quantized "
-                                      "lm_head; it is decoded as quantized",
-                                      quant_->source));
+      warnings_.push_back(
+          fmt::format("{} says lm_head: false, but the checkpoint has a quantized "
+                      "lm_head; it is decoded as quantized",
+                      quant_->source));
     }
   }
   std::map<std::string, std::map<int, std::map<std::string, std::string>>> found;
-  static const std::regex expert_re(R"(^(.+)\.experts\.(\d{1,6})\.(gate_proj|up_proj|down_proj|w1|w2|w3)$)");
+  static const std::regex expert_re(
+      R"(^(.+)\.experts\.(\d{1,6})\.(gate_proj|up_proj|down_proj|w1|w2|w3)$)");
   auto scan = [&](const std::string& p) {
     std::smatch m;
     if (std::regex_match(p, m, expert_re)) found[m[1].str()][std::stoi(m[2].str())][m[3].str()] = p;

@@ -22,9 +22,10 @@ std::optional<int64_t> config_int(const nlohmann::json& config, const char* key)
 CanonicalWeight fuse_w13(CanonicalWeight gate, const CanonicalWeight& up, const std::string& what) {
   auto mismatch = [&](const char* field, auto a, auto b) {
     if (a != b) {
-      throw Error(fmt::format("{}: gate and up projections differ in {} ({} vs {}); nibble fuses them "
-                              "into one w13 weight and needs them equal",
-                              what, field, a, b));
+      throw Error(
+          fmt::format("{}: gate and up projections differ in {} ({} vs {}); nibble fuses them "
+                      "into one w13 weight and needs them equal",
+                      what, field, a, b));
     }
   };
   mismatch("K", gate.K, up.K);
@@ -35,9 +36,10 @@ CanonicalWeight fuse_w13(CanonicalWeight gate, const CanonicalWeight& up, const 
   mismatch("scales dtype", sdk::dtype_name(gate.scales_dtype), sdk::dtype_name(up.scales_dtype));
   mismatch("bias presence", gate.bias.empty(), up.bias.empty());
   if (gate.g_idx != up.g_idx) {
-    throw Error(fmt::format("{}: gate and up projections use different g_idx groupings; nibble "
-                            "fuses them into one w13 weight with a single g_idx",
-                            what));
+    throw Error(
+        fmt::format("{}: gate and up projections use different g_idx groupings; nibble "
+                    "fuses them into one w13 weight with a single g_idx",
+                    what));
   }
   const int64_t I = gate.N, G = gate.num_groups;
   const size_t sb = sdk::dtype_bytes(gate.scales_dtype);
@@ -49,7 +51,8 @@ CanonicalWeight fuse_w13(CanonicalWeight gate, const CanonicalWeight& up, const 
     std::memcpy(&zeros[size_t(g * 2 * I)], &w.zeros[size_t(g * I)], size_t(I));
     std::memcpy(&zeros[size_t(g * 2 * I + I)], &up.zeros[size_t(g * I)], size_t(I));
     std::memcpy(&scales[size_t(g * 2 * I) * sb], &w.scales[size_t(g * I) * sb], size_t(I) * sb);
-    std::memcpy(&scales[size_t(g * 2 * I + I) * sb], &up.scales[size_t(g * I) * sb], size_t(I) * sb);
+    std::memcpy(&scales[size_t(g * 2 * I + I) * sb], &up.scales[size_t(g * I) * sb],
+                size_t(I) * sb);
   }
   w.zeros = std::move(zeros);
   w.scales = std::move(scales);
@@ -62,8 +65,11 @@ CanonicalWeight fuse_w13(CanonicalWeight gate, const CanonicalWeight& up, const 
 
 }  // namespace
 
-void Checkpoint::discover_moe(std::map<std::string, std::map<int, std::map<std::string, std::string>>>& found) {
-  for (auto& [prefix, experts] : found) {
+void Checkpoint::discover_moe(
+    std::map<std::string, std::map<int, std::map<std::string, std::string>>>& found) {
+  for (auto& entry : found) {
+    const std::string& prefix = entry.first;  // named, not bound: lambdas below capture it
+    const auto& experts = entry.second;
     MoeBlock block;
     MoeInfo& info = block.info;
     info.prefix = prefix;
@@ -72,22 +78,25 @@ void Checkpoint::discover_moe(std::map<std::string, std::map<int, std::map<std::
       for (const auto& [name, p] : projs) (name.starts_with("w") ? mixtral : qwen) = true;
     }
     if (qwen && mixtral) {
-      throw Error(fmt::format("MoE block {} mixes Qwen-style (gate_proj/up_proj/down_proj) and "
-                              "Mixtral-style (w1/w3/w2) expert names",
-                              prefix));
+      throw Error(
+          fmt::format("MoE block {} mixes Qwen-style (gate_proj/up_proj/down_proj) and "
+                      "Mixtral-style (w1/w3/w2) expert names",
+                      prefix));
     }
     info.style = qwen ? MoeStyle::Qwen : MoeStyle::Mixtral;
-    const std::array<const char*, 3> names = qwen ? std::array<const char*, 3>{"gate_proj", "up_proj", "down_proj"}
-                                                  : std::array<const char*, 3>{"w1", "w3", "w2"};
+    const std::array<const char*, 3> names =
+        qwen ? std::array<const char*, 3>{"gate_proj", "up_proj", "down_proj"}
+             : std::array<const char*, 3>{"w1", "w3", "w2"};
     info.num_experts = experts.rbegin()->first + 1;
     for (int e = 0; e < info.num_experts; ++e) {
       std::array<std::string, 3> prefixes;
       for (int j = 0; j < 3; ++j) {
         std::string p = fmt::format("{}.experts.{}.{}", prefix, e, names[size_t(j)]);
         if (!quantized_.count(p) && !dense_.count(p)) {
-          throw Error(fmt::format("MoE block {}: expert {} has no {} (expected {}.qweight or "
-                                  "{}.weight in {})",
-                                  prefix, e, names[size_t(j)], p, p, store_.source()));
+          throw Error(
+              fmt::format("MoE block {}: expert {} has no {} (expected {}.qweight or "
+                          "{}.weight in {})",
+                          prefix, e, names[size_t(j)], p, p, store_.source()));
         }
         prefixes[size_t(j)] = p;
         expert_prefixes_.insert(p);
@@ -115,14 +124,16 @@ void Checkpoint::discover_moe(std::map<std::string, std::map<int, std::map<std::
         int64_t want_N = j == 2 ? info.hidden : info.intermediate;
         if (l.K != want_K || l.N != want_N) {
           throw Error(fmt::format("MoE block {}: {} has K={} N={}, expected K={} N={} (from {})",
-                                  prefix, ex[size_t(j)], l.K, l.N, want_K, want_N, block.experts[0][0]));
+                                  prefix, ex[size_t(j)], l.K, l.N, want_K, want_N,
+                                  block.experts[0][0]));
         }
         if (l.scheme != ref.scheme || l.bits != ref.bits || l.group_size != ref.group_size) {
-          throw Error(fmt::format("MoE block {}: {} is {} bits={} group_size={}, but {} is {} bits={} "
-                                  "group_size={}; experts must agree per weight (w13, w2)",
-                                  prefix, ex[size_t(j)], l.scheme, l.bits, l.group_size,
-                                  j == 2 ? block.experts[0][2] : block.experts[0][0], ref.scheme,
-                                  ref.bits, ref.group_size));
+          throw Error(
+              fmt::format("MoE block {}: {} is {} bits={} group_size={}, but {} is {} bits={} "
+                          "group_size={}; experts must agree per weight (w13, w2)",
+                          prefix, ex[size_t(j)], l.scheme, l.bits, l.group_size,
+                          j == 2 ? block.experts[0][2] : block.experts[0][0], ref.scheme, ref.bits,
+                          ref.group_size));
         }
         info.act_order = info.act_order || l.act_order;
         info.bytes += l.bytes;
@@ -135,13 +146,14 @@ void Checkpoint::discover_moe(std::map<std::string, std::map<int, std::map<std::
     }
     auto router = dense_.find(info.router_prefix);
     if (router == dense_.end()) {
-      throw Error(fmt::format("MoE block {} has {} experts but no router tensor {}.weight in {}", prefix,
-                              info.num_experts, info.router_prefix, store_.source()));
+      throw Error(fmt::format("MoE block {} has {} experts but no router tensor {}.weight in {}",
+                              prefix, info.num_experts, info.router_prefix, store_.source()));
     }
     if (router->second.tensor.N != info.num_experts || router->second.tensor.K != info.hidden) {
-      throw Error(fmt::format("tensor {}.weight in {} has shape {}, expected [{}, {}] (experts, hidden)",
-                              info.router_prefix, router->second.tensor.weight->file,
-                              router->second.tensor.weight->shape_string(), info.num_experts, info.hidden));
+      throw Error(
+          fmt::format("tensor {}.weight in {} has shape {}, expected [{}, {}] (experts, hidden)",
+                      info.router_prefix, router->second.tensor.weight->file,
+                      router->second.tensor.weight->shape_string(), info.num_experts, info.hidden));
     }
     // config.json, when it states sizes, must agree with the tensors.
     auto agree = [&](const char* key, int64_t found_value, const char* what) {
@@ -150,14 +162,19 @@ void Checkpoint::discover_moe(std::map<std::string, std::map<int, std::map<std::
                                 dir_.string(), key, *v, prefix, what, found_value));
       }
     };
-    agree(config_.contains("num_local_experts") ? "num_local_experts" : "num_experts", info.num_experts, "experts");
+    agree(config_.contains("num_local_experts") ? "num_local_experts" : "num_experts",
+          info.num_experts, "experts");
     agree("hidden_size", info.hidden, "hidden size");
-    agree(qwen ? "moe_intermediate_size" : "intermediate_size", info.intermediate, "expert intermediate size");
+    agree(qwen ? "moe_intermediate_size" : "intermediate_size", info.intermediate,
+          "expert intermediate size");
     info.top_k = int(config_int(config_, "num_experts_per_tok").value_or(0));
     auto norm = config_.find("norm_topk_prob");
-    info.norm_topk_prob = norm != config_.end() && norm->is_boolean() ? norm->get<bool>() : info.style == MoeStyle::Mixtral;
+    info.norm_topk_prob = norm != config_.end() && norm->is_boolean()
+                              ? norm->get<bool>()
+                              : info.style == MoeStyle::Mixtral;
     auto scoring = config_.find("scoring_func");
-    if (scoring != config_.end() && scoring->is_string()) info.scoring = scoring->get<std::string>();
+    if (scoring != config_.end() && scoring->is_string())
+      info.scoring = scoring->get<std::string>();
     moe_.emplace(prefix, std::move(block));
   }
 }
@@ -207,25 +224,30 @@ DenseTensor Checkpoint::dense_weight(const std::string& prefix) const {
   auto it = dense_.find(prefix);
   if (it != dense_.end()) return it->second.tensor;
   if (quantized_.count(prefix)) {
-    throw Error(fmt::format("layer {} in {} is quantized; use decode_linear()", prefix, store_.source()));
+    throw Error(
+        fmt::format("layer {} in {} is quantized; use decode_linear()", prefix, store_.source()));
   }
   throw Error(fmt::format("no dense layer {} in {} (no 2-D float tensor {}.weight)", prefix,
                           store_.source(), prefix));
 }
 
-std::pair<CanonicalWeight, CanonicalWeight> Checkpoint::decode_expert(const std::string& moe_prefix, int e) const {
+std::pair<CanonicalWeight, CanonicalWeight> Checkpoint::decode_expert(const std::string& moe_prefix,
+                                                                      int e) const {
   const MoeBlock& b = moe_block(moe_prefix);
   if (e < 0 || e >= b.info.num_experts) {
-    throw Error(fmt::format("MoE block {}: expert {} is outside [0, {})", moe_prefix, e, b.info.num_experts));
+    throw Error(fmt::format("MoE block {}: expert {} is outside [0, {})", moe_prefix, e,
+                            b.info.num_experts));
   }
   const auto& ex = b.experts[size_t(e)];
   if (b.info.scheme == "dense") {
-    throw Error(fmt::format("MoE block {}: experts are not quantized (dense {}.weight)", moe_prefix, ex[0]));
+    throw Error(fmt::format("MoE block {}: experts are not quantized (dense {}.weight)", moe_prefix,
+                            ex[0]));
   }
   CanonicalWeight gate = decode_linear(ex[0]);
   CanonicalWeight up = decode_linear(ex[1]);
   CanonicalWeight down = decode_linear(ex[2]);
-  return {fuse_w13(std::move(gate), up, fmt::format("MoE block {} expert {}", moe_prefix, e)), std::move(down)};
+  return {fuse_w13(std::move(gate), up, fmt::format("MoE block {} expert {}", moe_prefix, e)),
+          std::move(down)};
 }
 
 }  // namespace nibble

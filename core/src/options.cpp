@@ -113,6 +113,9 @@ void apply_environment(RuntimeOptions& options) {
     options.mode = parse_mode(m, "NIBBLE_MODE");
   if (const char* a = std::getenv("NIBBLE_PLUGINS"); a && *a)
     options.allowed_plugins = split_list(a, ',');
+  if (const char* u = secure_getenv("NIBBLE_ALLOW_UNSAFE_PLUGIN_DIRS");
+      u && *u && !getauxval(AT_SECURE))
+    options.allow_unsafe_plugin_dirs = std::string(u) != "0";
 }
 
 }  // namespace nibble

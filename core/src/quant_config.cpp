@@ -20,13 +20,15 @@ constexpr size_t kMaxConfigBytes = 16u << 20;
 constexpr size_t kMaxPatternLength = 256;
 
 std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
   return s;
 }
 
 // The value of the first present key among `keys`, looked up at the top level and then in
 // GPTQModel's `meta` object; nullptr when none is present (or the value is null).
-const ojson* lookup(const ojson& obj, std::initializer_list<const char*> keys, bool meta_too = false) {
+const ojson* lookup(const ojson& obj, std::initializer_list<const char*> keys,
+                    bool meta_too = false) {
   for (const char* k : keys) {
     auto it = obj.find(k);
     if (it != obj.end() && !it->is_null()) return &*it;
@@ -40,7 +42,8 @@ const ojson* lookup(const ojson& obj, std::initializer_list<const char*> keys, b
 
 int get_int(const ojson& v, const std::string& key, const std::string& source) {
   if (!v.is_number_integer()) {
-    throw Error(fmt::format("{}: quantization_config {} = {} must be an integer", source, key, v.dump()));
+    throw Error(
+        fmt::format("{}: quantization_config {} = {} must be an integer", source, key, v.dump()));
   }
   int64_t x = v.get<int64_t>();
   if (x < INT32_MIN || x > INT32_MAX) {
@@ -51,21 +54,24 @@ int get_int(const ojson& v, const std::string& key, const std::string& source) {
 
 bool get_bool(const ojson& v, const std::string& key, const std::string& source) {
   if (!v.is_boolean()) {
-    throw Error(fmt::format("{}: quantization_config {} = {} must be true or false", source, key, v.dump()));
+    throw Error(fmt::format("{}: quantization_config {} = {} must be true or false", source, key,
+                            v.dump()));
   }
   return v.get<bool>();
 }
 
 std::string get_string(const ojson& v, const std::string& key, const std::string& source) {
   if (!v.is_string()) {
-    throw Error(fmt::format("{}: quantization_config {} = {} must be a string", source, key, v.dump()));
+    throw Error(
+        fmt::format("{}: quantization_config {} = {} must be a string", source, key, v.dump()));
   }
   return v.get<std::string>();
 }
 
 void check_bits(int bits, QuantMethod method, const std::string& where, const std::string& source) {
   if (method == QuantMethod::Awq && bits != 4) {
-    throw Error(fmt::format("{}: {} bits={} is not supported (AWQ GEMM supports 4)", source, where, bits));
+    throw Error(
+        fmt::format("{}: {} bits={} is not supported (AWQ GEMM supports 4)", source, where, bits));
   }
   if (bits != 4 && bits != 8) {
     throw Error(fmt::format("{}: {} bits={} is not supported (nibble supports 4 and 8)", source,
@@ -91,18 +97,20 @@ DynamicRule parse_dynamic_rule(const std::string& key, const ojson& value, const
     pattern = pattern.substr(2);
   }
   if (pattern.size() > kMaxPatternLength) {
-    throw Error(fmt::format("{}: dynamic rule pattern of {} characters exceeds the {}-character "
-                            "limit",
-                            source, pattern.size(), kMaxPatternLength));
+    throw Error(
+        fmt::format("{}: dynamic rule pattern of {} characters exceeds the {}-character "
+                    "limit",
+                    source, pattern.size(), kMaxPatternLength));
   }
   rule.pattern = pattern;
   try {
     rule.regex = std::regex(pattern, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    throw Error(fmt::format("{}: dynamic rule \"{}\" is not a regex nibble can compile ({}); "
-                            "nibble uses ECMAScript syntax, refusing the checkpoint rather than "
-                            "ignoring the rule",
-                            source, key, e.what()));
+    throw Error(
+        fmt::format("{}: dynamic rule \"{}\" is not a regex nibble can compile ({}); "
+                    "nibble uses ECMAScript syntax, refusing the checkpoint rather than "
+                    "ignoring the rule",
+                    source, key, e.what()));
   }
   if (!value.is_object()) {
     throw Error(fmt::format("{}: dynamic rule \"{}\" must map to an object of overrides, found {}",
@@ -126,9 +134,10 @@ DynamicRule parse_dynamic_rule(const std::string& key, const ojson& value, const
                k == "v2_alpha" || k == "v2_memory_device") {
       // Quantizer settings: they shaped the values, not the layout nibble reads.
     } else {
-      throw Error(fmt::format("{}: dynamic rule \"{}\" overrides \"{}\", which nibble does not "
-                              "implement (supported overrides: bits, group_size, sym, desc_act)",
-                              source, key, k));
+      throw Error(
+          fmt::format("{}: dynamic rule \"{}\" overrides \"{}\", which nibble does not "
+                      "implement (supported overrides: bits, group_size, sym, desc_act)",
+                      source, key, k));
     }
   }
   return rule;
@@ -156,18 +165,20 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
     } else if (method == "awq") {
       cfg.method = QuantMethod::Awq;
     } else {
-      throw Error(fmt::format("{}: quantization_config quant_method = \"{}\" is not supported "
-                              "(nibble supports gptq and awq)",
-                              source, method));
+      throw Error(
+          fmt::format("{}: quantization_config quant_method = \"{}\" is not supported "
+                      "(nibble supports gptq and awq)",
+                      source, method));
     }
   } else if (lookup(obj, {"w_bit", "version", "zero_point", "q_group_size"})) {
     cfg.method = QuantMethod::Awq;
   } else if (lookup(obj, {"bits", "desc_act", "sym"})) {
     cfg.method = QuantMethod::Gptq;
   } else {
-    throw Error(fmt::format("{}: cannot tell the quantization method (no quant_method, and neither "
-                            "GPTQ nor AWQ keys)",
-                            source));
+    throw Error(
+        fmt::format("{}: cannot tell the quantization method (no quant_method, and neither "
+                    "GPTQ nor AWQ keys)",
+                    source));
   }
 
   const ojson* bits = lookup(obj, {"bits", "w_bit"});
@@ -176,29 +187,35 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
   check_bits(cfg.bits, cfg.method, "quantization_config", source);
 
   const ojson* gs = lookup(obj, {"group_size", "q_group_size"});
-  if (!gs) throw Error(fmt::format("{}: quantization_config has no group_size (or q_group_size)", source));
+  if (!gs)
+    throw Error(fmt::format("{}: quantization_config has no group_size (or q_group_size)", source));
   cfg.group_size = get_int(*gs, "group_size", source);
   check_group_size(cfg.group_size, "quantization_config", source);
 
   if (const ojson* v = lookup(obj, {"desc_act"})) cfg.desc_act = get_bool(*v, "desc_act", source);
-  if (const ojson* v = lookup(obj, {"static_groups"}, true)) cfg.static_groups = get_bool(*v, "static_groups", source);
-  if (const ojson* v = lookup(obj, {"true_sequential"}, true)) cfg.true_sequential = get_bool(*v, "true_sequential", source);
+  if (const ojson* v = lookup(obj, {"static_groups"}, true))
+    cfg.static_groups = get_bool(*v, "static_groups", source);
+  if (const ojson* v = lookup(obj, {"true_sequential"}, true))
+    cfg.true_sequential = get_bool(*v, "true_sequential", source);
   if (const ojson* v = lookup(obj, {"lm_head"})) cfg.lm_head = get_bool(*v, "lm_head", source);
   if (const ojson* v = lookup(obj, {"pack_dtype"})) {
     std::string pack = get_string(*v, "pack_dtype", source);
     if (pack != "int32") {
-      throw Error(fmt::format("{}: quantization_config pack_dtype = \"{}\" is not supported "
-                              "(nibble reads int32 packing)",
-                              source, pack));
+      throw Error(
+          fmt::format("{}: quantization_config pack_dtype = \"{}\" is not supported "
+                      "(nibble reads int32 packing)",
+                      source, pack));
     }
   }
 
   if (cfg.method == QuantMethod::Gptq) {
     if (const ojson* v = lookup(obj, {"sym"})) cfg.sym = get_bool(*v, "sym", source);
-    if (const ojson* v = lookup(obj, {"is_marlin_format"}); v && get_bool(*v, "is_marlin_format", source)) {
-      throw Error(fmt::format("{}: quantization_config is_marlin_format = true is not supported "
-                              "(nibble reads checkpoint_format gptq and gptq_v2)",
-                              source));
+    if (const ojson* v = lookup(obj, {"is_marlin_format"});
+        v && get_bool(*v, "is_marlin_format", source)) {
+      throw Error(
+          fmt::format("{}: quantization_config is_marlin_format = true is not supported "
+                      "(nibble reads checkpoint_format gptq and gptq_v2)",
+                      source));
     }
     const ojson* fmt_a = lookup(obj, {"checkpoint_format"});
     const ojson* fmt_b = lookup(obj, {"format"});
@@ -207,32 +224,37 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
     if (fmt_b) {
       std::string other = lower(get_string(*fmt_b, "format", source));
       if (fmt_a && other != format) {
-        throw Error(fmt::format("{}: quantization_config checkpoint_format = \"{}\" contradicts "
-                                "format = \"{}\"",
-                                source, format, other));
+        throw Error(
+            fmt::format("{}: quantization_config checkpoint_format = \"{}\" contradicts "
+                        "format = \"{}\"",
+                        source, format, other));
       }
       format = other;
     }
     if (format != "gptq" && format != "gptq_v2") {
-      throw Error(fmt::format("{}: quantization_config checkpoint_format = \"{}\" is not supported "
-                              "(nibble supports gptq and gptq_v2)",
-                              source, format));
+      throw Error(
+          fmt::format("{}: quantization_config checkpoint_format = \"{}\" is not supported "
+                      "(nibble supports gptq and gptq_v2)",
+                      source, format));
     }
     cfg.checkpoint_format = format;
   } else {
     cfg.sym = false;
     std::string version = "gemm";
-    if (const ojson* v = lookup(obj, {"version"})) version = lower(get_string(*v, "version", source));
+    if (const ojson* v = lookup(obj, {"version"}))
+      version = lower(get_string(*v, "version", source));
     if (version != "gemm") {
-      throw Error(fmt::format("{}: quantization_config version = \"{}\" is not supported (nibble "
-                              "supports AWQ version gemm)",
-                              source, version));
+      throw Error(
+          fmt::format("{}: quantization_config version = \"{}\" is not supported (nibble "
+                      "supports AWQ version gemm)",
+                      source, version));
     }
     cfg.checkpoint_format = version;
     if (const ojson* v = lookup(obj, {"zero_point"}); v && !get_bool(*v, "zero_point", source)) {
-      throw Error(fmt::format("{}: quantization_config zero_point = false is not supported (AWQ "
-                              "GEMM checkpoints carry zero points; expected true)",
-                              source));
+      throw Error(
+          fmt::format("{}: quantization_config zero_point = false is not supported (AWQ "
+                      "GEMM checkpoints carry zero points; expected true)",
+                      source));
     }
   }
 
@@ -240,7 +262,8 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
     if (!v->is_array()) {
       throw Error(fmt::format("{}: modules_to_not_convert must be a list of strings", source));
     }
-    for (const auto& m : *v) cfg.modules_to_not_convert.push_back(get_string(m, "modules_to_not_convert", source));
+    for (const auto& m : *v)
+      cfg.modules_to_not_convert.push_back(get_string(m, "modules_to_not_convert", source));
   }
 
   if (const ojson* v = lookup(obj, {"dynamic"})) {
@@ -249,11 +272,13 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
                               source, v->type_name()));
     }
     if (cfg.method != QuantMethod::Gptq) {
-      throw Error(fmt::format("{}: dynamic overrides are a GPTQModel feature; nibble does not "
-                              "apply them to {}",
-                              source, quant_method_name(cfg.method)));
+      throw Error(
+          fmt::format("{}: dynamic overrides are a GPTQModel feature; nibble does not "
+                      "apply them to {}",
+                      source, quant_method_name(cfg.method)));
     }
-    for (const auto& [key, value] : v->items()) cfg.dynamic.push_back(parse_dynamic_rule(key, value, cfg, source));
+    for (const auto& [key, value] : v->items())
+      cfg.dynamic.push_back(parse_dynamic_rule(key, value, cfg, source));
   }
   return cfg;
 }
@@ -355,7 +380,8 @@ std::optional<QuantConfig> load_quant_config(const std::filesystem::path& dir) {
   auto config = dir / "config.json";
   if (std::filesystem::exists(config)) {
     ojson doc = detail::parse_json<ojson>(read(config), config.string());
-    if (doc.is_object() && doc.contains("quantization_config") && !doc["quantization_config"].is_null()) {
+    if (doc.is_object() && doc.contains("quantization_config") &&
+        !doc["quantization_config"].is_null()) {
       found.push_back(parse_quant_config(doc["quantization_config"], config.string()));
     }
   }

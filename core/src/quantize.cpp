@@ -16,14 +16,18 @@ namespace nibble {
 namespace {
 
 void check_options(const QuantizeOptions& o) {
-  if (o.bits != 4 && o.bits != 8) throw Error(fmt::format("quantize: bits={} is not supported (4 or 8)", o.bits));
+  if (o.bits != 4 && o.bits != 8)
+    throw Error(fmt::format("quantize: bits={} is not supported (4 or 8)", o.bits));
   if (o.group_size != -1 && o.group_size <= 0) {
-    throw Error(fmt::format("quantize: group_size={} is not valid (a positive size or -1)", o.group_size));
+    throw Error(
+        fmt::format("quantize: group_size={} is not valid (a positive size or -1)", o.group_size));
   }
   if (!sdk::is_float_dtype(o.scales_dtype)) {
-    throw Error("quantize: scales dtype " + sdk::dtype_name(o.scales_dtype) + " (f16, bf16 or f32)");
+    throw Error("quantize: scales dtype " + sdk::dtype_name(o.scales_dtype) +
+                " (f16, bf16 or f32)");
   }
-  if (o.min_zero < 0 || o.min_zero > 1) throw Error(fmt::format("quantize: min_zero={} (0 or 1)", o.min_zero));
+  if (o.min_zero < 0 || o.min_zero > 1)
+    throw Error(fmt::format("quantize: min_zero={} (0 or 1)", o.min_zero));
 }
 
 // The value a float takes once stored as `dtype` (the scale actually written).
@@ -36,10 +40,12 @@ double round_to(double v, DLDataType dtype) {
 }  // namespace
 
 CanonicalWeight quantize_rtn(std::span<const float> weight, int64_t N, int64_t K,
-                             const QuantizeOptions& o, std::mt19937_64& rng, std::span<const float> bias) {
+                             const QuantizeOptions& o, std::mt19937_64& rng,
+                             std::span<const float> bias) {
   check_options(o);
   if (N <= 0 || K <= 0 || weight.size() != size_t(N * K)) {
-    throw Error(fmt::format("quantize: weight holds {} values, expected N*K = {}*{}", weight.size(), N, K));
+    throw Error(
+        fmt::format("quantize: weight holds {} values, expected N*K = {}*{}", weight.size(), N, K));
   }
   if (!bias.empty() && bias.size() != size_t(N)) {
     throw Error(fmt::format("quantize: bias holds {} values, expected N = {}", bias.size(), N));
@@ -107,7 +113,8 @@ CanonicalWeight quantize_rtn(std::span<const float> weight, int64_t N, int64_t K
   if (!bias.empty()) {
     w.bias.resize(size_t(N) * 2);
     w.bias_dtype = sdk::dtype_f16();
-    for (int64_t n = 0; n < N; ++n) sdk::store_float(w.bias.data(), w.bias_dtype, size_t(n), bias[size_t(n)]);
+    for (int64_t n = 0; n < N; ++n)
+      sdk::store_float(w.bias.data(), w.bias_dtype, size_t(n), bias[size_t(n)]);
   }
   return w;
 }
@@ -130,8 +137,8 @@ QuantConfig make_quant_config(SchemeKind format, const QuantizeOptions& o) {
   return qc;
 }
 
-void write_checkpoint(const std::filesystem::path& out, const QuantizedModel& model, SchemeKind format,
-                      const QuantizeOptions& options, uint64_t shard_bytes) {
+void write_checkpoint(const std::filesystem::path& out, const QuantizedModel& model,
+                      SchemeKind format, const QuantizeOptions& options, uint64_t shard_bytes) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -140,9 +147,10 @@ void write_checkpoint(const std::filesystem::path& out, const QuantizedModel& mo
   std::map<std::string, OwnedTensor> tensors;
   for (const auto& [prefix, w] : model.quantized) {
     if (w.bits != options.bits || w.group_size != options.group_size) {
-      throw Error(fmt::format("writing {}: layer {} has bits={} group_size={}, but the config "
-                              "records bits={} group_size={}",
-                              out.string(), prefix, w.bits, w.group_size, options.bits, options.group_size));
+      throw Error(fmt::format(
+          "writing {}: layer {} has bits={} group_size={}, but the config "
+          "records bits={} group_size={}",
+          out.string(), prefix, w.bits, w.group_size, options.bits, options.group_size));
     }
     std::map<std::string, OwnedTensor> encoded;
     try {
@@ -154,10 +162,12 @@ void write_checkpoint(const std::filesystem::path& out, const QuantizedModel& mo
   }
   for (const auto& [name, t] : model.plain) {
     if (!tensors.emplace(name, t).second) {
-      throw Error(fmt::format("writing {}: tensor {} is both quantized output and a plain tensor", out.string(), name));
+      throw Error(fmt::format("writing {}: tensor {} is both quantized output and a plain tensor",
+                              out.string(), name));
     }
   }
-  std::map<std::string, std::string> metadata{{"format", "pt"}, {"nibble_format", std::string(scheme_name(format))}};
+  std::map<std::string, std::string> metadata{{"format", "pt"},
+                                              {"nibble_format", std::string(scheme_name(format))}};
   if (shard_bytes == 0) {
     write_safetensors(out / "model.safetensors", tensors, metadata);
   } else {

@@ -17,11 +17,14 @@ namespace {
 QuantizeOptions options_for(QuantizeOptions o, SchemeKind format) {
   if (format == SchemeKind::AwqGemm) {
     if (o.sym) {
-      throw Error("quantize: AWQ GEMM checkpoints always carry zero points (zero_point: true); use "
-                  "asymmetric quantization (--asym) for --format awq");
+      throw Error(
+          "quantize: AWQ GEMM checkpoints always carry zero points (zero_point: true); use "
+          "asymmetric quantization (--asym) for --format awq");
     }
-    if (o.act_order) throw Error("quantize: AWQ has no act-order; drop --act-order for --format awq");
-    if (o.bits != 4) throw Error(fmt::format("quantize: AWQ GEMM is 4-bit only (bits={} asked)", o.bits));
+    if (o.act_order)
+      throw Error("quantize: AWQ has no act-order; drop --act-order for --format awq");
+    if (o.bits != 4)
+      throw Error(fmt::format("quantize: AWQ GEMM is 4-bit only (bits={} asked)", o.bits));
   }
   o.min_zero = format == SchemeKind::GptqV1 && !o.sym ? 1 : 0;
   return o;
@@ -47,7 +50,8 @@ std::vector<float> normal_weights(std::mt19937_64& rng, int64_t N, int64_t K, do
 
 OwnedTensor f16_tensor(const std::vector<float>& values, std::vector<int64_t> shape) {
   OwnedTensor t = OwnedTensor::zeros(DType::F16, std::move(shape));
-  for (size_t i = 0; i < values.size(); ++i) sdk::store_float(t.data.data(), sdk::dtype_f16(), i, values[i]);
+  for (size_t i = 0; i < values.size(); ++i)
+    sdk::store_float(t.data.data(), sdk::dtype_f16(), i, values[i]);
   return t;
 }
 
@@ -56,7 +60,8 @@ OwnedTensor f16_tensor(const std::vector<float>& values, std::vector<int64_t> sh
 // the same permutation and can be fused into one w13 with a single g_idx.
 std::mt19937_64 permutation_rng(uint64_t seed, std::string prefix) {
   for (auto [from, to] : {std::pair{".up_proj", ".gate_proj"}, std::pair{".w3", ".w1"}}) {
-    if (prefix.ends_with(from)) prefix = prefix.substr(0, prefix.size() - std::string_view(from).size()) + to;
+    if (prefix.ends_with(from))
+      prefix = prefix.substr(0, prefix.size() - std::string_view(from).size()) + to;
   }
   uint64_t h = seed ^ 0xcbf29ce484222325ull;
   for (unsigned char c : prefix) h = (h ^ c) * 0x100000001b3ull;  // FNV-1a
@@ -65,7 +70,8 @@ std::mt19937_64 permutation_rng(uint64_t seed, std::string prefix) {
 
 }  // namespace
 
-QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions options, SchemeKind format) {
+QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions options,
+                                    SchemeKind format) {
   options = options_for(options, format);
   std::mt19937_64 rng(spec.seed);
   QuantizedModel model;
@@ -76,7 +82,8 @@ QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions o
   model.config["nibble_synthetic_seed"] = spec.seed;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     auto [K, N] = spec.layers[i];
-    if (K <= 0 || N <= 0) throw Error(fmt::format("synthetic layer {}: shape {}x{} is empty", i, K, N));
+    if (K <= 0 || N <= 0)
+      throw Error(fmt::format("synthetic layer {}: shape {}x{} is empty", i, K, N));
     if (auto why = packing_problem(format, options.bits, K, N); !why.empty()) {
       throw Error(fmt::format("synthetic layer {} ({}x{}): {}", i, K, N, why));
     }
@@ -90,7 +97,8 @@ QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions o
   if (spec.moe) {
     const SyntheticMoe& m = *spec.moe;
     if (m.num_experts <= 0 || m.top_k <= 0 || m.top_k > m.num_experts) {
-      throw Error(fmt::format("synthetic MoE: {} experts with top_k {} is not valid", m.num_experts, m.top_k));
+      throw Error(fmt::format("synthetic MoE: {} experts with top_k {} is not valid", m.num_experts,
+                              m.top_k));
     }
     for (auto [K, N] : {std::pair{m.hidden, m.intermediate}, std::pair{m.intermediate, m.hidden}}) {
       if (auto why = packing_problem(format, options.bits, K, N); !why.empty()) {
@@ -117,7 +125,8 @@ QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions o
       }
     }
   }
-  if (model.quantized.empty()) throw Error("synthetic model: no layers (give --layers and/or --moe)");
+  if (model.quantized.empty())
+    throw Error("synthetic model: no layers (give --layers and/or --moe)");
   return model;
 }
 
@@ -126,9 +135,10 @@ QuantizedModel quantize_checkpoint(const std::filesystem::path& in, QuantizeOpti
   options = options_for(options, format);
   Checkpoint src = Checkpoint::open(in);
   if (src.quant_config()) {
-    throw Error(fmt::format("{} is already quantized ({}); quantize expects an f16/bf16/f32 "
-                            "checkpoint",
-                            in.string(), src.quant_config()->source));
+    throw Error(
+        fmt::format("{} is already quantized ({}); quantize expects an f16/bf16/f32 "
+                    "checkpoint",
+                    in.string(), src.quant_config()->source));
   }
   QuantizedModel model;
   for (const auto& [k, v] : src.config().items()) model.config[k] = v;
@@ -137,8 +147,9 @@ QuantizedModel quantize_checkpoint(const std::filesystem::path& in, QuantizeOpti
   for (const auto& moe : src.moe_blocks()) {
     routers.insert(moe.router_prefix);
     for (int e = 0; e < moe.num_experts; ++e) {
-      for (const char* p : moe.style == MoeStyle::Qwen ? std::array{"gate_proj", "up_proj", "down_proj"}
-                                                       : std::array{"w1", "w3", "w2"}) {
+      for (const char* p : moe.style == MoeStyle::Qwen
+                               ? std::array{"gate_proj", "up_proj", "down_proj"}
+                               : std::array{"w1", "w3", "w2"}) {
         candidates.insert(fmt::format("{}.experts.{}.{}", moe.prefix, e, p));
       }
     }
@@ -152,7 +163,8 @@ QuantizedModel quantize_checkpoint(const std::filesystem::path& in, QuantizeOpti
     };
     if (routers.count(prefix)) continue;  // routers stay dense without a note: readers expect it
     bool skipped = prefix == "lm_head" || prefix.ends_with(".lm_head");
-    for (const auto& s : skip) skipped = skipped || (!s.empty() && prefix.find(s) != std::string::npos);
+    for (const auto& s : skip)
+      skipped = skipped || (!s.empty() && prefix.find(s) != std::string::npos);
     if (skipped) {
       if (!(prefix == "lm_head" || prefix.ends_with(".lm_head"))) keep_dense("in the skip list");
       continue;

@@ -32,11 +32,11 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::F16, "F16", 2, {kDLFloat, 16, 1}},  {DType::BF16, "BF16", 2, {kDLBfloat, 16, 1}},
-    {DType::F32, "F32", 4, {kDLFloat, 32, 1}},  {DType::F64, "F64", 8, {kDLFloat, 64, 1}},
-    {DType::I8, "I8", 1, {kDLInt, 8, 1}},       {DType::U8, "U8", 1, {kDLUInt, 8, 1}},
-    {DType::I16, "I16", 2, {kDLInt, 16, 1}},    {DType::I32, "I32", 4, {kDLInt, 32, 1}},
-    {DType::I64, "I64", 8, {kDLInt, 64, 1}},    {DType::BOOL, "BOOL", 1, {kDLUInt, 8, 1}},
+    {DType::F16, "F16", 2, {kDLFloat, 16, 1}}, {DType::BF16, "BF16", 2, {kDLBfloat, 16, 1}},
+    {DType::F32, "F32", 4, {kDLFloat, 32, 1}}, {DType::F64, "F64", 8, {kDLFloat, 64, 1}},
+    {DType::I8, "I8", 1, {kDLInt, 8, 1}},      {DType::U8, "U8", 1, {kDLUInt, 8, 1}},
+    {DType::I16, "I16", 2, {kDLInt, 16, 1}},   {DType::I32, "I32", 4, {kDLInt, 32, 1}},
+    {DType::I64, "I64", 8, {kDLInt, 64, 1}},   {DType::BOOL, "BOOL", 1, {kDLUInt, 8, 1}},
 };
 
 const DTypeInfo& info(DType dtype) {
@@ -123,7 +123,8 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
   file->path_ = path.string();
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw Error(fmt::format("cannot open safetensors file {}: {}", file->path_, std::strerror(errno)));
+    throw Error(
+        fmt::format("cannot open safetensors file {}: {}", file->path_, std::strerror(errno)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -133,14 +134,16 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesyst
   size_t size = size_t(st.st_size);
   if (size < 8) {
     ::close(fd);
-    throw Error(fmt::format("safetensors file {} is {} bytes, too short for the 8-byte header "
-                            "length",
-                            file->path_, size));
+    throw Error(
+        fmt::format("safetensors file {} is {} bytes, too short for the 8-byte header "
+                    "length",
+                    file->path_, size));
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (map == MAP_FAILED) {
-    throw Error(fmt::format("cannot map safetensors file {}: {}", file->path_, std::strerror(errno)));
+    throw Error(
+        fmt::format("cannot map safetensors file {}: {}", file->path_, std::strerror(errno)));
   }
   file->map_ = map;
   file->map_size_ = size;
@@ -164,16 +167,18 @@ SafetensorsFile::~SafetensorsFile() {
 void SafetensorsFile::parse(const std::byte* image, size_t size) {
   const std::string& f = path_;
   if (size < 8) {
-    throw Error(fmt::format("safetensors file {} is {} bytes, too short for the 8-byte header "
-                            "length",
-                            f, size));
+    throw Error(
+        fmt::format("safetensors file {} is {} bytes, too short for the 8-byte header "
+                    "length",
+                    f, size));
   }
   // Everything the header claims is checked against the file before anything is allocated.
   uint64_t header_len = read_le64(image);
   if (header_len > size - 8) {
-    throw Error(fmt::format("safetensors file {}: header length {} is larger than the file ({} "
-                            "bytes)",
-                            f, header_len, size));
+    throw Error(
+        fmt::format("safetensors file {}: header length {} is larger than the file ({} "
+                    "bytes)",
+                    f, header_len, size));
   }
   if (header_len > kMaxHeaderBytes) {
     throw Error(fmt::format("safetensors file {}: header length {} exceeds the {}-byte limit", f,
@@ -202,18 +207,23 @@ void SafetensorsFile::parse(const std::byte* image, size_t size) {
   };
   std::vector<Entry> entries;
   tensors_.reserve(header.size());
-  for (const auto& [name, value] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named copies rather than structured bindings: lambdas below capture them.
+    const std::string& name = item.key();
+    const nlohmann::json& value = item.value();
     if (name == "__metadata__") {
       if (!value.is_object()) {
-        throw Error(fmt::format("safetensors file {}: __metadata__ must be an object of strings, "
-                                "found {}",
-                                f, value.type_name()));
+        throw Error(
+            fmt::format("safetensors file {}: __metadata__ must be an object of strings, "
+                        "found {}",
+                        f, value.type_name()));
       }
       for (const auto& [key, v] : value.items()) {
         if (!v.is_string()) {
-          throw Error(fmt::format("safetensors file {}: __metadata__[\"{}\"] must be a string, "
-                                  "found {}",
-                                  f, key, v.type_name()));
+          throw Error(
+              fmt::format("safetensors file {}: __metadata__[\"{}\"] must be a string, "
+                          "found {}",
+                          f, key, v.type_name()));
         }
         metadata_[key] = v.get<std::string>();
       }
@@ -222,7 +232,8 @@ void SafetensorsFile::parse(const std::byte* image, size_t size) {
     auto fail = [&](const std::string& what) {
       return Error(fmt::format("safetensors file {}: tensor {}: {}", f, name, what));
     };
-    if (!value.is_object()) throw fail(fmt::format("entry is {}, expected an object", value.type_name()));
+    if (!value.is_object())
+      throw fail(fmt::format("entry is {}, expected an object", value.type_name()));
     auto dt = value.find("dtype");
     auto sh = value.find("shape");
     auto off = value.find("data_offsets");
@@ -233,9 +244,10 @@ void SafetensorsFile::parse(const std::byte* image, size_t size) {
     }
     auto dtype = parse_dtype(dt->get<std::string>());
     if (!dtype) {
-      throw fail(fmt::format("unknown dtype \"{}\" (supported: F16, BF16, F32, F64, I8, U8, I16, "
-                             "I32, I64, BOOL)",
-                             dt->get<std::string>()));
+      throw fail(
+          fmt::format("unknown dtype \"{}\" (supported: F16, BF16, F32, F64, I8, U8, I16, "
+                      "I32, I64, BOOL)",
+                      dt->get<std::string>()));
     }
     if (sh->size() > kMaxRank) throw fail(fmt::format("rank {} exceeds {}", sh->size(), kMaxRank));
     TensorView view;
@@ -245,8 +257,10 @@ void SafetensorsFile::parse(const std::byte* image, size_t size) {
     uint64_t numel = 1;
     for (const auto& d : *sh) {
       auto dim = json_uint(d);
-      if (!dim || *dim > uint64_t(INT64_MAX)) throw fail("shape " + sh->dump() + " has a dimension that is not a non-negative integer");
-      if (__builtin_mul_overflow(numel, *dim, &numel)) throw fail("shape " + sh->dump() + " overflows");
+      if (!dim || *dim > uint64_t(INT64_MAX))
+        throw fail("shape " + sh->dump() + " has a dimension that is not a non-negative integer");
+      if (__builtin_mul_overflow(numel, *dim, &numel))
+        throw fail("shape " + sh->dump() + " overflows");
       view.shape.push_back(int64_t(*dim));
     }
     uint64_t nbytes = 0;
@@ -284,21 +298,23 @@ void SafetensorsFile::parse(const std::byte* image, size_t size) {
     const auto& name = tensors_[e.index].name;
     if (e.end > data_size) {
       if (contiguous) {
-        throw Error(fmt::format("safetensors file {} is truncated: tensor {} (and every tensor "
-                                "after it) needs bytes past the end of the file (data_offsets [{}, "
-                                "{}]; data section is {} bytes, header promises {})",
-                                f, name, e.begin, e.end, data_size, promised));
+        throw Error(
+            fmt::format("safetensors file {} is truncated: tensor {} (and every tensor "
+                        "after it) needs bytes past the end of the file (data_offsets [{}, "
+                        "{}]; data section is {} bytes, header promises {})",
+                        f, name, e.begin, e.end, data_size, promised));
       }
-      throw Error(fmt::format("safetensors file {}: tensor {}: data_offsets [{}, {}] point past the "
-                              "end of the {}-byte data section",
-                              f, name, e.begin, e.end, data_size));
+      throw Error(
+          fmt::format("safetensors file {}: tensor {}: data_offsets [{}, {}] point past the "
+                      "end of the {}-byte data section",
+                      f, name, e.begin, e.end, data_size));
     }
     if (i > 0 && e.begin < entries[i - 1].end) {
       const auto& prev = entries[i - 1];
-      throw Error(fmt::format("safetensors file {}: tensor {}: data_offsets [{}, {}] overlap tensor "
-                              "{} at [{}, {}]",
-                              f, name, e.begin, e.end, tensors_[prev.index].name, prev.begin,
-                              prev.end));
+      throw Error(
+          fmt::format("safetensors file {}: tensor {}: data_offsets [{}, {}] overlap tensor "
+                      "{} at [{}, {}]",
+                      f, name, e.begin, e.end, tensors_[prev.index].name, prev.begin, prev.end));
     }
   }
   std::vector<TensorView> ordered;

@@ -20,7 +20,8 @@ std::string read_small_file(const std::filesystem::path& path, uint64_t limit) {
   auto size = std::filesystem::file_size(path, ec);
   if (ec) throw Error(fmt::format("cannot read {}: {}", path.string(), ec.message()));
   if (size > limit) {
-    throw Error(fmt::format("{} is {} bytes, larger than the {}-byte limit", path.string(), size, limit));
+    throw Error(
+        fmt::format("{} is {} bytes, larger than the {}-byte limit", path.string(), size, limit));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("cannot open {}", path.string()));
@@ -62,13 +63,15 @@ TensorStore TensorStore::open(const std::filesystem::path& path) {
       std::string s = shard.get<std::string>();
       // Shards live beside the index: a path that leaves the directory is refused.
       if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..") {
-        throw Error(fmt::format("shard index {}: weight_map[\"{}\"] = \"{}\" is not a plain file "
-                                "name in the checkpoint directory",
-                                path.string(), name, s));
+        throw Error(
+            fmt::format("shard index {}: weight_map[\"{}\"] = \"{}\" is not a plain file "
+                        "name in the checkpoint directory",
+                        path.string(), name, s));
       }
       shards.insert(s);
     }
-    if (shards.empty()) throw Error(fmt::format("shard index {}: weight_map is empty", path.string()));
+    if (shards.empty())
+      throw Error(fmt::format("shard index {}: weight_map is empty", path.string()));
     for (const auto& s : shards) add_file(SafetensorsFile::open(path.parent_path() / s));
     for (const auto& [name, shard] : map->items()) {
       auto it = store.index_.find(name);
@@ -136,15 +139,16 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   std::set<std::string> seen;
   for (const auto& t : tensors) {
     if (t.name == "__metadata__" || !seen.insert(t.name).second) {
-      throw Error(fmt::format("writing {}: tensor name {} is reserved or repeated", path.string(),
-                              t.name));
+      throw Error(
+          fmt::format("writing {}: tensor name {} is reserved or repeated", path.string(), t.name));
     }
     uint64_t numel = 1;
     for (int64_t d : t.shape) numel *= uint64_t(d);
     if (numel * dtype_size(t.dtype) != t.data.size()) {
-      throw Error(fmt::format("writing {}: tensor {} has {} bytes but dtype {} x shape [{}] needs {}",
-                              path.string(), t.name, t.data.size(), dtype_name(t.dtype),
-                              fmt::join(t.shape, ", "), numel * dtype_size(t.dtype)));
+      throw Error(
+          fmt::format("writing {}: tensor {} has {} bytes but dtype {} x shape [{}] needs {}",
+                      path.string(), t.name, t.data.size(), dtype_name(t.dtype),
+                      fmt::join(t.shape, ", "), numel * dtype_size(t.dtype)));
     }
     header[t.name] = {{"dtype", dtype_name(t.dtype)},
                       {"shape", t.shape},
@@ -170,7 +174,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+  if (ec)
+    throw Error(
+        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
 }
 
 void write_safetensors(const std::filesystem::path& path,

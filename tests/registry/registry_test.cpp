@@ -155,3 +155,62 @@ TEST(Registry, LoadingTwiceGivesTheSameAnswer) {
 }
 
 }  // namespace
+
+namespace {
+
+// A private copy of a test plugin in a fresh directory under the build tree.
+fs::path copy_plugin(const std::string& dir_name, const char* plugin) {
+  fs::path dir = fs::path(NIBBLE_BUILD_DIR) / "tests" / "unsafe_dirs" / dir_name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec);
+  fs::copy_file(test_plugin_dir(plugin) + "/libnibble_" + plugin + ".so",
+                dir / (std::string("libnibble_") + plugin + ".so"));
+  return dir;
+}
+
+TEST(PluginDirectorySafety, AWorldWritableDirectoryIsRefusedUnlessAllowed) {
+  fs::path dir = copy_plugin("world_writable_dir", "alpha");
+  fs::permissions(dir, fs::perms::others_write, fs::perm_options::add);
+  nibble::RuntimeOptions o;
+  o.use_default_plugin_dir = false;
+  o.plugin_dirs = {dir.string()};
+  auto reg = Registry::load(o);
+  EXPECT_EQ(reg->find("alpha"), nullptr);
+  ASSERT_EQ(reg->reports().size(), 1u);
+  EXPECT_THAT(reg->reports()[0].message, HasSubstr("world-writable"));
+  EXPECT_THAT(reg->reports()[0].message, HasSubstr("--allow-unsafe-plugin-dirs"));
+  o.allow_unsafe_plugin_dirs = true;
+  EXPECT_NE(Registry::load(o)->find("alpha"), nullptr);
+}
+
+TEST(PluginDirectorySafety, AWorldWritableFileIsRefused) {
+  fs::path dir = copy_plugin("world_writable_file", "beta");
+  fs::permissions(dir / "libnibble_beta.so", fs::perms::others_write, fs::perm_options::add);
+  nibble::RuntimeOptions o;
+  o.use_default_plugin_dir = false;
+  o.plugin_dirs = {dir.string()};
+  auto reg = Registry::load(o);
+  EXPECT_EQ(reg->find("beta"), nullptr);
+  const LoadReport* r = report_for(*reg, "libnibble_beta.so");
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->message, HasSubstr("plugin file"));
+  EXPECT_THAT(r->message, HasSubstr("world-writable"));
+}
+
+TEST(PluginDirectorySafety, AFileOwnedByAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another user";
+  fs::path dir = copy_plugin("foreign_owner", "alpha");
+  ASSERT_EQ(chown((dir / "libnibble_alpha.so").c_str(), 65534, 65534), 0);
+  nibble::RuntimeOptions o;
+  o.use_default_plugin_dir = false;
+  o.plugin_dirs = {dir.string()};
+  auto reg = Registry::load(o);
+  EXPECT_EQ(reg->find("alpha"), nullptr);
+  const LoadReport* r = report_for(*reg, "libnibble_alpha.so");
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->message, HasSubstr("owned by uid 65534"));
+}
+
+}  // namespace

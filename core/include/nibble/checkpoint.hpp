@@ -27,11 +27,11 @@ enum class LayerKind { Quantized, Dense };
 struct LayerInfo {
   std::string prefix;  ///< module name, e.g. "model.layers.0.self_attn.q_proj"
   LayerKind kind = LayerKind::Quantized;
-  std::string scheme;  ///< "gptq_v1", "gptq_v2", "awq_gemm" or "dense"
-  int64_t K = 0;       ///< in_features
-  int64_t N = 0;       ///< out_features
-  int bits = 0;        ///< 0 for dense
-  int group_size = 0;  ///< as configured (-1: one group); 0 for dense
+  std::string scheme;      ///< "gptq_v1", "gptq_v2", "awq_gemm" or "dense"
+  int64_t K = 0;           ///< in_features
+  int64_t N = 0;           ///< out_features
+  int bits = 0;            ///< 0 for dense
+  int group_size = 0;      ///< as configured (-1: one group); 0 for dense
   bool act_order = false;  ///< g_idx present and not the identity grouping
   bool symmetric = false;  ///< every effective zero point is 2^(bits-1)
   bool has_bias = false;
@@ -108,7 +108,8 @@ class Checkpoint {
   DenseTensor dense_weight(const std::string& prefix) const;
   /// Decode expert `e` of MoE block `moe_prefix`: w13 = [2I][K] (gate rows, then up rows; gate
   /// and up must share bits, group size and grouping) and w2 = [K][I].
-  std::pair<CanonicalWeight, CanonicalWeight> decode_expert(const std::string& moe_prefix, int e) const;
+  std::pair<CanonicalWeight, CanonicalWeight> decode_expert(const std::string& moe_prefix,
+                                                            int e) const;
 
  private:
   struct QuantLayer {
@@ -128,7 +129,8 @@ class Checkpoint {
   };
 
   void discover();
-  void discover_moe(std::map<std::string, std::map<int, std::map<std::string, std::string>>>& found);
+  void discover_moe(
+      std::map<std::string, std::map<int, std::map<std::string, std::string>>>& found);
   QuantLayer make_quant_layer(const std::string& prefix);
   const QuantLayer& quant_layer(const std::string& prefix) const;
   const MoeBlock& moe_block(const std::string& prefix) const;

@@ -26,6 +26,10 @@ struct RuntimeOptions {
   NumericMode mode = NumericMode::W4A16;
   /// Allow-list of plugin names to load (empty: all). NIBBLE_PLUGINS sets it.
   std::vector<std::string> allowed_plugins;
+  /// Load plugins from directories or files that are world-writable or owned by someone other
+  /// than this user or root (refused by default: anyone could plant code there).
+  /// NIBBLE_ALLOW_UNSAFE_PLUGIN_DIRS=1 or --allow-unsafe-plugin-dirs sets it.
+  bool allow_unsafe_plugin_dirs = false;
 };
 
 /// Apply a JSON config file ({"backend", "plugin_dirs", "threads", "mode", "plugins"}) on top of
@@ -33,8 +37,8 @@ struct RuntimeOptions {
 void apply_config_file(RuntimeOptions& options, const std::string& path);
 
 /// Apply NIBBLE_BACKEND, NIBBLE_PLUGIN_PATH (':'-separated, ignored when the process is setuid
-/// or setgid), NIBBLE_THREADS, NIBBLE_MODE, NIBBLE_PLUGINS and NIBBLE_CONFIG (a config file
-/// applied before the other variables).
+/// or setgid), NIBBLE_THREADS, NIBBLE_MODE, NIBBLE_PLUGINS, NIBBLE_ALLOW_UNSAFE_PLUGIN_DIRS and
+/// NIBBLE_CONFIG (a config file applied before the other variables).
 void apply_environment(RuntimeOptions& options);
 
 /// Parse "w4a16" / "w4a8" (also "a16"/"a8"); throws nibble::Error listing the valid names.

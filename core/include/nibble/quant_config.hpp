@@ -52,7 +52,7 @@ struct QuantConfig {
   bool true_sequential = false;  ///< informational
   /// GPTQ: "gptq" (v1) or "gptq_v2". AWQ: the version, "gemm".
   std::string checkpoint_format = "gptq";
-  bool lm_head = false;  ///< the lm_head is quantized too
+  bool lm_head = false;                             ///< the lm_head is quantized too
   std::vector<std::string> modules_to_not_convert;  ///< substrings of module names left dense
   std::vector<DynamicRule> dynamic;                 ///< GPTQModel per-module overrides, in order
   std::string source;                               ///< the file it was read from

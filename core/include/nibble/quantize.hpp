@@ -45,11 +45,12 @@ CanonicalWeight quantize_rtn(std::span<const float> weight, int64_t N, int64_t K
 
 /// A model ready to be written: quantized layers and every other tensor as is.
 struct QuantizedModel {
-  std::map<std::string, CanonicalWeight> quantized;  ///< layer prefix -> weight
-  std::map<std::string, OwnedTensor> plain;          ///< full tensor name -> tensor
+  std::map<std::string, CanonicalWeight> quantized;                  ///< layer prefix -> weight
+  std::map<std::string, OwnedTensor> plain;                          ///< full tensor name -> tensor
   nlohmann::ordered_json config = nlohmann::ordered_json::object();  ///< config.json sans quant
-  std::vector<std::string> modules_to_not_convert;   ///< dense layers a reader must not expect quantized
-  std::vector<std::string> notes;                    ///< what the quantizer decided and why
+  std::vector<std::string>
+      modules_to_not_convert;      ///< dense layers a reader must not expect quantized
+  std::vector<std::string> notes;  ///< what the quantizer decided and why
 };
 
 /// The quantization config a writer records for `format` and `options`.
@@ -79,7 +80,8 @@ struct SyntheticSpec {
 };
 
 /// Generate and quantize a synthetic model (options.min_zero is set from `format`).
-QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions options, SchemeKind format);
+QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions options,
+                                    SchemeKind format);
 
 /// Quantize an unquantized f16/bf16/f32 checkpoint: every 2-D `*.weight` of a linear layer and
 /// of MoE experts, except routers, embeddings, norms, the lm_head and modules whose name contains

@@ -135,6 +135,12 @@ void PreparedKernel::forward(const DLTensor& x, DLTensor& y, const DLTensor* ids
   if (s != NIBBLE_OK)
     throw Error("layer " + name_ + ": " + placement_.backend + "/" + placement_.kernel +
                 " workspace_bytes failed: " + err.message);
+  // A plugin asking for more than any machine has is a bug; say so instead of trying.
+  constexpr size_t kMaxWorkspace = size_t(1) << 40;
+  if (ws > kMaxWorkspace)
+    throw Error("layer " + name_ + ": " + placement_.backend + "/" + placement_.kernel +
+                " asks for a workspace of " + std::to_string(ws) +
+                " bytes for M = " + std::to_string(M) + "; refusing");
   thread_local Scratch scratch;
   nibble_exec exec{};
   exec.struct_size = sizeof exec;

@@ -19,6 +19,9 @@
 #include <regex>
 #include <set>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "elf_exports.hpp"
 #include "host_table.hpp"
 
@@ -213,6 +216,22 @@ KernelInfo kernel_info(const std::string& backend, const nibble_kernel* k) {
   return info;
 }
 
+// Why loading code from `path` would let someone other than this user (or root) choose it, or ""
+// when it is safe: world-writable, or owned by another user.
+std::string unsafe_because(const std::string& path, const char* what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return "";
+  if (st.st_mode & S_IWOTH)
+    return std::string(what) + " " + path + " is world-writable: anyone could plant a plugin there";
+  if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    return std::string(what) + " " + path + " is owned by uid " + std::to_string(st.st_uid) +
+           ", neither this user (uid " + std::to_string(::geteuid()) + ") nor root";
+  return "";
+}
+
+constexpr const char* kUnsafeHint =
+    " (allow it with --allow-unsafe-plugin-dirs or NIBBLE_ALLOW_UNSAFE_PLUGIN_DIRS=1)";
+
 }  // namespace
 
 std::string Registry::default_plugin_dir() {
@@ -247,6 +266,16 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
       r.message = "plugin directory does not exist or is not a directory";
       reg->reports_.push_back(r);
       continue;
+    }
+    if (!options.allow_unsafe_plugin_dirs) {
+      std::string why = unsafe_because(key, "plugin directory");
+      if (!why.empty()) {
+        LoadReport r;
+        r.path = key;
+        r.message = "refused: " + why + kUnsafeHint;
+        reg->reports_.push_back(r);
+        continue;
+      }
     }
     std::vector<fs::path> entries;
     for (auto it = fs::directory_iterator(key, ec); !ec && it != fs::directory_iterator();
@@ -284,6 +313,13 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
       continue;
     }
     std::string why;
+    if (!options.allow_unsafe_plugin_dirs) {
+      why = unsafe_because(path, "plugin file");
+      if (!why.empty()) {
+        fail(LoadReport::Stage::Scan, "refused: " + why + kUnsafeHint);
+        continue;
+      }
+    }
     r.stage = LoadReport::Stage::Preflight;
     if (!exports_entry(path, &why)) {
       fail(LoadReport::Stage::Preflight, why);

@@ -25,9 +25,10 @@ class AwqGemmScheme final : public Scheme {
     const TensorView& qzeros = require_tensor(layer.qzeros, layer, "qzeros", "awq_gemm");
     const TensorView& scales = require_tensor(layer.scales, layer, "scales", "awq_gemm");
     if (layer.g_idx) {
-      throw Error(fmt::format("{}: AWQ GEMM has no act-order, yet the layer has a g_idx tensor; "
-                              "is this a GPTQ checkpoint labelled awq?",
-                              where(*layer.g_idx)));
+      throw Error(
+          fmt::format("{}: AWQ GEMM has no act-order, yet the layer has a g_idx tensor; "
+                      "is this a GPTQ checkpoint labelled awq?",
+                      where(*layer.g_idx)));
     }
     expect_dtype(qweight, {DType::I32});
     expect_rank2(qweight);
@@ -38,14 +39,17 @@ class AwqGemmScheme final : public Scheme {
     LayerShape s;
     s.K = qweight.shape[0];
     s.N = scales.shape[1];
+    expect_nonempty(qweight, s.K, s.N);
     if (s.N % 8 != 0) {
-      throw Error(fmt::format("{} has N = {} output channels; AWQ GEMM packs 8 per int32, so N "
-                              "must be a multiple of 8",
-                              where(scales), s.N));
+      throw Error(
+          fmt::format("{} has N = {} output channels; AWQ GEMM packs 8 per int32, so N "
+                      "must be a multiple of 8",
+                      where(scales), s.N));
     }
     s.num_groups = groups_for(s.K, p.group_size);
-    std::string why = fmt::format("K = {} rows of qweight, N = {} columns of scales, group_size = {}",
-                                  s.K, s.N, p.group_size);
+    std::string why =
+        fmt::format("K = {} rows of qweight, N = {} columns of scales, group_size = {}", s.K, s.N,
+                    p.group_size);
     expect_shape(qweight, {s.K, s.N / 8}, why + ", 8 columns per int32");
     expect_shape(scales, {s.num_groups, s.N}, why);
     expect_shape(qzeros, {s.num_groups, s.N / 8}, why + ", 8 zeros per int32");
@@ -70,14 +74,16 @@ class AwqGemmScheme final : public Scheme {
     for (int64_t k = 0; k < s.K; ++k) {
       for (int64_t j = 0; j < words; ++j) {
         uint32_t word = uint32_t(layer.qweight->i32(size_t(k * words + j)));
-        for (int i = 0; i < 8; ++i) w.q[size_t((8 * j + i) * s.K + k)] = uint8_t((word >> (4 * kReverse[i])) & 0xF);
+        for (int i = 0; i < 8; ++i)
+          w.q[size_t((8 * j + i) * s.K + k)] = uint8_t((word >> (4 * kReverse[i])) & 0xF);
       }
     }
     w.zeros.resize(size_t(s.num_groups * s.N));
     for (int64_t g = 0; g < s.num_groups; ++g) {
       for (int64_t j = 0; j < words; ++j) {
         uint32_t word = uint32_t(layer.qzeros->i32(size_t(g * words + j)));
-        for (int i = 0; i < 8; ++i) w.zeros[size_t(g * s.N + 8 * j + i)] = uint8_t((word >> (4 * kReverse[i])) & 0xF);
+        for (int i = 0; i < 8; ++i)
+          w.zeros[size_t(g * s.N + 8 * j + i)] = uint8_t((word >> (4 * kReverse[i])) & 0xF);
       }
     }
     w.scales = raw_bytes(*layer.scales);
@@ -91,14 +97,16 @@ class AwqGemmScheme final : public Scheme {
     w.validate(what);
     if (w.bits != 4) throw Error(fmt::format("{}: bits={} (AWQ GEMM supports 4)", what, w.bits));
     if (!w.g_idx.empty()) {
-      throw Error(fmt::format("{}: the weight has act-order (a non-identity g_idx), which AWQ "
-                              "GEMM cannot store",
-                              what));
+      throw Error(
+          fmt::format("{}: the weight has act-order (a non-identity g_idx), which AWQ "
+                      "GEMM cannot store",
+                      what));
     }
     if (w.N % 8 != 0) {
-      throw Error(fmt::format("{}: AWQ GEMM packs 8 output channels per int32, so N must be a "
-                              "multiple of 8",
-                              what));
+      throw Error(
+          fmt::format("{}: AWQ GEMM packs 8 output channels per int32, so N must be a "
+                      "multiple of 8",
+                      what));
     }
     const int64_t words = w.N / 8;
     auto pack = [&](const uint8_t* values, int64_t stride) {
@@ -108,18 +116,21 @@ class AwqGemmScheme final : public Scheme {
     };
     OwnedTensor qweight = OwnedTensor::zeros(DType::I32, {w.K, words});
     for (int64_t k = 0; k < w.K; ++k) {
-      for (int64_t j = 0; j < words; ++j) qweight.set_i32(size_t(k * words + j), pack(&w.q[size_t(8 * j * w.K + k)], w.K));
+      for (int64_t j = 0; j < words; ++j)
+        qweight.set_i32(size_t(k * words + j), pack(&w.q[size_t(8 * j * w.K + k)], w.K));
     }
     OwnedTensor qzeros = OwnedTensor::zeros(DType::I32, {w.num_groups, words});
     for (size_t i = 0; i < w.zeros.size(); ++i) {
       if (w.zeros[i] > 15) {
-        throw Error(fmt::format("{}: zero point {} at group {}, column {} does not fit AWQ's 4-bit "
-                                "zeros",
-                                what, w.zeros[i], int64_t(i) / w.N, int64_t(i) % w.N));
+        throw Error(
+            fmt::format("{}: zero point {} at group {}, column {} does not fit AWQ's 4-bit "
+                        "zeros",
+                        what, w.zeros[i], int64_t(i) / w.N, int64_t(i) % w.N));
       }
     }
     for (int64_t g = 0; g < w.num_groups; ++g) {
-      for (int64_t j = 0; j < words; ++j) qzeros.set_i32(size_t(g * words + j), pack(&w.zeros[size_t(g * w.N + 8 * j)], 1));
+      for (int64_t j = 0; j < words; ++j)
+        qzeros.set_i32(size_t(g * words + j), pack(&w.zeros[size_t(g * w.N + 8 * j)], 1));
     }
     std::map<std::string, OwnedTensor> out;
     out["qweight"] = std::move(qweight);

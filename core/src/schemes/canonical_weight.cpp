@@ -67,31 +67,38 @@ bool CanonicalWeight::symmetric() const {
 void CanonicalWeight::validate(const std::string& what) const {
   auto fail = [&](const std::string& msg) { return Error(what + ": " + msg); };
   if (bits != 4 && bits != 8) throw fail(fmt::format("bits {} (expected 4 or 8)", bits));
-  if (group_size != -1 && group_size <= 0) throw fail(fmt::format("group_size {} (expected > 0 or -1)", group_size));
+  if (group_size != -1 && group_size <= 0)
+    throw fail(fmt::format("group_size {} (expected > 0 or -1)", group_size));
   if (K <= 0 || N <= 0) throw fail(fmt::format("empty weight K={} N={}", K, N));
   if (num_groups != groups_for(K, group_size)) {
     throw fail(fmt::format("num_groups {} but K={} and group_size {} give {}", num_groups, K,
                            group_size, groups_for(K, group_size)));
   }
-  if (q.size() != size_t(N * K)) throw fail(fmt::format("q holds {} values, expected N*K = {}", q.size(), N * K));
+  if (q.size() != size_t(N * K))
+    throw fail(fmt::format("q holds {} values, expected N*K = {}", q.size(), N * K));
   if (zeros.size() != size_t(num_groups * N)) {
-    throw fail(fmt::format("zeros holds {} values, expected num_groups*N = {}", zeros.size(), num_groups * N));
+    throw fail(fmt::format("zeros holds {} values, expected num_groups*N = {}", zeros.size(),
+                           num_groups * N));
   }
-  if (!sdk::is_float_dtype(scales_dtype)) throw fail("scales dtype " + sdk::dtype_name(scales_dtype) + " (expected f16, bf16 or f32)");
+  if (!sdk::is_float_dtype(scales_dtype))
+    throw fail("scales dtype " + sdk::dtype_name(scales_dtype) + " (expected f16, bf16 or f32)");
   if (scales.size() != size_t(num_groups * N) * sdk::dtype_bytes(scales_dtype)) {
     throw fail(fmt::format("scales hold {} bytes, expected {}", scales.size(),
                            size_t(num_groups * N) * sdk::dtype_bytes(scales_dtype)));
   }
   if (!bias.empty()) {
     if (!sdk::is_float_dtype(bias_dtype)) throw fail("bias dtype " + sdk::dtype_name(bias_dtype));
-    if (bias.size() != size_t(N) * sdk::dtype_bytes(bias_dtype)) throw fail(fmt::format("bias holds {} bytes for N={}", bias.size(), N));
+    if (bias.size() != size_t(N) * sdk::dtype_bytes(bias_dtype))
+      throw fail(fmt::format("bias holds {} bytes for N={}", bias.size(), N));
   }
   const unsigned max_q = (1u << bits) - 1;
   for (size_t i = 0; i < q.size(); ++i) {
-    if (q[i] > max_q) throw fail(fmt::format("q[{}] = {} exceeds {} for {}-bit", i, q[i], max_q, bits));
+    if (q[i] > max_q)
+      throw fail(fmt::format("q[{}] = {} exceeds {} for {}-bit", i, q[i], max_q, bits));
   }
   if (!g_idx.empty()) {
-    if (g_idx.size() != size_t(K)) throw fail(fmt::format("g_idx has {} entries, expected K = {}", g_idx.size(), K));
+    if (g_idx.size() != size_t(K))
+      throw fail(fmt::format("g_idx has {} entries, expected K = {}", g_idx.size(), K));
     for (size_t k = 0; k < g_idx.size(); ++k) {
       if (g_idx[k] < 0 || g_idx[k] >= num_groups) {
         throw fail(fmt::format("g_idx[{}] = {} is outside [0, {})", k, g_idx[k], num_groups));

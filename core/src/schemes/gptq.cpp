@@ -34,6 +34,7 @@ class GptqScheme final : public Scheme {
     LayerShape s;
     s.K = qweight.shape[0] * pack;
     s.N = qweight.shape[1];
+    expect_nonempty(qweight, s.K, s.N);
     if (layer.g_idx) {
       expect_dtype(*layer.g_idx, {DType::I32});
       expect_shape(*layer.g_idx, {s.K},
@@ -41,15 +42,17 @@ class GptqScheme final : public Scheme {
                                qweight.shape_string(), s.K, p.bits));
     }
     if (s.N % pack != 0) {
-      throw Error(fmt::format("{} has N = {} output channels; GPTQ qzeros packs {} per int32 at "
-                              "bits={}, so N must be a multiple of {}",
-                              where(qweight), s.N, pack, p.bits, pack));
+      throw Error(
+          fmt::format("{} has N = {} output channels; GPTQ qzeros packs {} per int32 at "
+                      "bits={}, so N must be a multiple of {}",
+                      where(qweight), s.N, pack, p.bits, pack));
     }
     s.num_groups = groups_for(s.K, p.group_size);
     std::string why = fmt::format("K = {} from qweight {} at bits={}, group_size = {}", s.K,
                                   qweight.shape_string(), p.bits, p.group_size);
     expect_shape(scales, {s.num_groups, s.N}, why);
-    expect_shape(qzeros, {s.num_groups, s.N / pack}, why + fmt::format(", {} zeros per int32", pack));
+    expect_shape(qzeros, {s.num_groups, s.N / pack},
+                 why + fmt::format(", {} zeros per int32", pack));
     if (layer.bias) {
       expect_dtype(*layer.bias, {DType::F16, DType::BF16, DType::F32});
       expect_shape(*layer.bias, {s.N}, "one bias per output channel");
@@ -88,10 +91,11 @@ class GptqScheme final : public Scheme {
           uint32_t stored = (word >> (bits * i)) & mask;
           uint32_t zero = kind_ == SchemeKind::GptqV1 ? stored + 1 : stored;
           if (zero > 255) {
-            throw Error(fmt::format("{}: stored zero {:#x} at group {}, column {} decodes (v1, "
-                                    "stored + 1) to {}, which does not fit the 8-bit canonical "
-                                    "zero point",
-                                    where(qzeros), stored, g, c * pack + i, zero));
+            throw Error(
+                fmt::format("{}: stored zero {:#x} at group {}, column {} decodes (v1, "
+                            "stored + 1) to {}, which does not fit the 8-bit canonical "
+                            "zero point",
+                            where(qzeros), stored, g, c * pack + i, zero));
           }
           w.zeros[size_t(g * s.N + c * pack + i)] = uint8_t(zero);
         }
@@ -117,19 +121,22 @@ class GptqScheme final : public Scheme {
   }
 
   std::map<std::string, OwnedTensor> encode(const CanonicalWeight& w) const override {
-    const std::string what = fmt::format("encoding {} weight K={} N={}", scheme_name(kind_), w.K, w.N);
+    const std::string what =
+        fmt::format("encoding {} weight K={} N={}", scheme_name(kind_), w.K, w.N);
     w.validate(what);
     const int bits = w.bits;
     const int64_t pack = 32 / bits;
     if (w.K % pack != 0) {
-      throw Error(fmt::format("{}: GPTQ packs {} input channels per int32 at bits={}, so K must "
-                              "be a multiple of {}",
-                              what, pack, bits, pack));
+      throw Error(
+          fmt::format("{}: GPTQ packs {} input channels per int32 at bits={}, so K must "
+                      "be a multiple of {}",
+                      what, pack, bits, pack));
     }
     if (w.N % pack != 0) {
-      throw Error(fmt::format("{}: GPTQ qzeros packs {} output channels per int32 at bits={}, so "
-                              "N must be a multiple of {}",
-                              what, pack, bits, pack));
+      throw Error(
+          fmt::format("{}: GPTQ qzeros packs {} output channels per int32 at bits={}, so "
+                      "N must be a multiple of {}",
+                      what, pack, bits, pack));
     }
     const uint32_t mask = (1u << bits) - 1;
     std::map<std::string, OwnedTensor> out;
@@ -137,7 +144,8 @@ class GptqScheme final : public Scheme {
     for (int64_t r = 0; r < w.K / pack; ++r) {
       for (int64_t n = 0; n < w.N; ++n) {
         uint32_t word = 0;
-        for (int64_t i = 0; i < pack; ++i) word |= uint32_t(w.q[size_t(n * w.K + r * pack + i)]) << (bits * i);
+        for (int64_t i = 0; i < pack; ++i)
+          word |= uint32_t(w.q[size_t(n * w.K + r * pack + i)]) << (bits * i);
         qweight.set_i32(size_t(r * w.N + n), int32_t(word));
       }
     }
@@ -223,27 +231,31 @@ SchemeKind resolve_gptq_scheme(const LayerTensors& layer, const SchemeParams& p,
         break;
       }
     }
-    throw Error(fmt::format("{}: the config says sym: true, so every stored zero should be {} (v1) "
-                            "or {} (v2), but {} of {} are not (e.g. {})",
-                            q, half - 1, half, other, total, example));
+    throw Error(
+        fmt::format("{}: the config says sym: true, so every stored zero should be {} (v1) "
+                    "or {} (v2), but {} of {} are not (e.g. {})",
+                    q, half - 1, half, other, total, example));
   }
   if (v1_style > 0 && v2_style > 0) {
-    throw Error(fmt::format("{}: symmetric stored zeros mix the v1 convention ({} x {}) and the v2 "
-                            "convention ({} x {}); cannot tell how to decode this layer",
-                            q, v1_style, half - 1, v2_style, half));
+    throw Error(
+        fmt::format("{}: symmetric stored zeros mix the v1 convention ({} x {}) and the v2 "
+                    "convention ({} x {}); cannot tell how to decode this layer",
+                    q, v1_style, half - 1, v2_style, half));
   }
   if (labelled == SchemeKind::GptqV1 && v2_style == total && total > 0) {
-    warnings.push_back(fmt::format("{}: checkpoint_format says gptq (v1) but every symmetric stored "
-                                   "zero is {} (the v2 convention; v1 would store {}): loading "
-                                   "layer {} as gptq_v2 (FORMATS F.2)",
-                                   q, half, half - 1, layer.prefix));
+    warnings.push_back(
+        fmt::format("{}: checkpoint_format says gptq (v1) but every symmetric stored "
+                    "zero is {} (the v2 convention; v1 would store {}): loading "
+                    "layer {} as gptq_v2 (FORMATS F.2)",
+                    q, half, half - 1, layer.prefix));
     return SchemeKind::GptqV2;
   }
   if (labelled == SchemeKind::GptqV2 && v1_style == total && total > 0) {
-    throw Error(fmt::format("{}: checkpoint_format says gptq_v2 but every symmetric stored zero is "
-                            "{} (the v1 convention; v2 stores {}): the label looks wrong, refusing "
-                            "to guess",
-                            q, half - 1, half));
+    throw Error(
+        fmt::format("{}: checkpoint_format says gptq_v2 but every symmetric stored zero is "
+                    "{} (the v1 convention; v2 stores {}): the label looks wrong, refusing "
+                    "to guess",
+                    q, half - 1, half));
   }
   return labelled;
 }

@@ -15,15 +15,20 @@
 namespace nibble::schemes {
 
 /// "tensor NAME in FILE".
-inline std::string where(const TensorView& t) { return fmt::format("tensor {} in {}", t.name, t.file); }
+inline std::string where(const TensorView& t) {
+  return fmt::format("tensor {} in {}", t.name, t.file);
+}
 
 /// The tensor `prefix.suffix`, or an error saying it is missing for this layer.
 inline const TensorView& require_tensor(const TensorView* t, const LayerTensors& layer,
                                         const char* suffix, std::string_view scheme) {
   if (t) return *t;
   std::vector<std::string> present;
-  for (auto [name, p] : {std::pair{"qweight", layer.qweight}, {"qzeros", layer.qzeros},
-                         {"scales", layer.scales}, {"g_idx", layer.g_idx}, {"bias", layer.bias}}) {
+  for (auto [name, p] : {std::pair{"qweight", layer.qweight},
+                         {"qzeros", layer.qzeros},
+                         {"scales", layer.scales},
+                         {"g_idx", layer.g_idx},
+                         {"bias", layer.bias}}) {
     if (p) present.push_back(name);
   }
   throw Error(fmt::format("tensor {}.{} is missing for quantized layer {} ({}; present: {})",
@@ -42,7 +47,8 @@ inline void expect_dtype(const TensorView& t, std::initializer_list<DType> dtype
 }
 
 /// Throw unless `t` has exactly `shape`; `why` explains where the expectation comes from.
-inline void expect_shape(const TensorView& t, const std::vector<int64_t>& shape, const std::string& why) {
+inline void expect_shape(const TensorView& t, const std::vector<int64_t>& shape,
+                         const std::string& why) {
   if (t.shape == shape) return;
   throw Error(fmt::format("{} has shape {}, expected [{}] ({})", where(t), t.shape_string(),
                           fmt::join(shape, ", "), why));
@@ -52,6 +58,14 @@ inline void expect_shape(const TensorView& t, const std::vector<int64_t>& shape,
 inline void expect_rank2(const TensorView& t) {
   if (t.shape.size() != 2) {
     throw Error(fmt::format("{} has shape {}, expected a 2-D tensor", where(t), t.shape_string()));
+  }
+}
+
+/// Throw unless the layer has at least one input and one output channel.
+inline void expect_nonempty(const TensorView& t, int64_t K, int64_t N) {
+  if (K <= 0 || N <= 0) {
+    throw Error(fmt::format("{} has shape {}, which gives an empty layer (K = {}, N = {})",
+                            where(t), t.shape_string(), K, N));
   }
 }
 
