@@ -7,3 +7,5 @@ int nibble_cmd_inspect(int argc, char** argv);
 int nibble_cmd_quantize(int argc, char** argv);
 int nibble_cmd_run(int argc, char** argv);
 int nibble_cmd_demo(int argc, char** argv);
+int nibble_cmd_completion(int argc, char** argv);
+int nibble_cmd_conformance(int argc, char** argv);

@@ -18,9 +18,12 @@ struct Command {
 
 const Command kCommands[] = {
     {"backends", nibble_cmd_backends, "list plugin files, backends, availability and kernels"},
+    {"conformance", nibble_cmd_conformance,
+     "check a plugin against the ABI and the numeric contract"},
     {"demo", nibble_cmd_demo, "quantize a small model and run it on every backend"},
     {"inspect", nibble_cmd_inspect, "show a checkpoint's quantization config, layers and warnings"},
     {"quantize", nibble_cmd_quantize, "quantize a checkpoint (or a synthetic one) to GPTQ or AWQ"},
+    {"completion", nibble_cmd_completion, "print a bash completion script"},
     {"run", nibble_cmd_run, "run one linear layer or MoE block of a checkpoint on an input"},
 };
 

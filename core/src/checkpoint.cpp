@@ -102,11 +102,10 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
   const QuantConfig& cfg = *quant_;
   ModuleQuant mq = cfg.for_module(prefix);
   if (!mq.quantized) {
-    // The tensors are the ground truth: a qweight is decoded, but the user hears about it.
-    warnings_.push_back(
-        fmt::format("layer {} has a qweight although {} ({}); decoding it with the "
-                    "global settings",
-                    prefix, mq.reason, cfg.source));
+    // The tensors are the ground truth: a qweight is decoded, and discover() tells the user once
+    // per rule (substring rules such as "gate" also match every expert's gate_proj).
+    auto& [count, example] = quantized_despite_[mq.reason];
+    if (count++ == 0) example = prefix;
     mq = ModuleQuant{true, cfg.bits, cfg.group_size, cfg.sym, cfg.desc_act, ""};
   }
   layer.params = SchemeParams{mq.bits, mq.group_size, mq.sym};
@@ -191,6 +190,12 @@ void Checkpoint::discover() {
                     dir_.string(), *qprefixes.begin()));
   }
   for (const auto& p : qprefixes) quantized_.emplace(p, make_quant_layer(p));
+  for (const auto& [reason, seen] : quantized_despite_) {
+    warnings_.push_back(
+        fmt::format("{} layer(s) have a qweight although {} in {} (e.g. {}); they are "
+                    "decoded as quantized with the global settings",
+                    seen.first, reason, quant_->source, seen.second));
+  }
   for (const auto& n : names) {
     if (!ends_with(n, ".weight")) continue;
     std::string p = strip_suffix(n, ".weight");

@@ -18,7 +18,8 @@ function(nibble_add_plugin name)
   endif()
   add_library(${target} MODULE ${ARG_SOURCES})
   set(map "${CMAKE_CURRENT_BINARY_DIR}/${target}.map")
-  file(WRITE "${map}" "{\n  global: nibble_plugin_entry;\n  local: *;\n};\n")
+  # CONFIGURE writes only when the content changes, so a reconfigure does not relink.
+  file(CONFIGURE OUTPUT "${map}" CONTENT "{\n  global: nibble_plugin_entry;\n  local: *;\n};\n")
   set_target_properties(${target} PROPERTIES
     PREFIX "lib"
     OUTPUT_NAME "nibble_${name}"

@@ -146,6 +146,20 @@ TEST(FaultInjection, PrepareFaultsNameThePluginAndLeaveNothingBehind) {
   }
 }
 
+TEST(FaultInjection, APrepareThatAnswersUnsupportedFallsBackToTheNextCandidate) {
+  FaultEnv env("prepare:unsupported");
+  auto ckpt = Checkpoint::open(checkpoint());
+  Runtime rt(options("faulty,npu_ref"));
+  auto layer = rt.linear(ckpt, "model.layers.0.linear");
+  EXPECT_EQ(layer.placement().backend, "npu_ref");
+  ASSERT_FALSE(layer.placement().passed_over.empty());
+  EXPECT_THAT(layer.placement().passed_over.back(), HasSubstr("faulty/linear refused at prepare"));
+  EXPECT_THAT(layer.placement().passed_over.back(), HasSubstr("do not fit my layout"));
+  Runtime strict(options("faulty"));
+  EXPECT_THAT(error_of([&] { strict.linear(ckpt, "model.layers.0.linear"); }),
+              HasSubstr("every kernel that accepted the layer refused its weight"));
+}
+
 TEST(FaultInjection, ForwardFaultsNameThePluginAndTheLayerStaysUsable) {
   auto ckpt = Checkpoint::open(checkpoint());
   Runtime rt(options("faulty"));

@@ -284,7 +284,7 @@ inline std::vector<double> reference_moe(const TestExperts& ex, const std::vecto
                                          const std::vector<double>& weights) {
   const int64_t K = ex.K, I = ex.I;
   std::vector<double> y(size_t(M * K), 0.0);
-  std::vector<double> h(size_t(I));
+  std::vector<double> h(static_cast<size_t>(I));
   for (int64_t m = 0; m < M; ++m)
     for (int j = 0; j < top_k; ++j) {
       int e = ids[size_t(m * top_k + j)];

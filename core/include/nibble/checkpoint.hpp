@@ -144,6 +144,8 @@ class Checkpoint {
   std::map<std::string, MoeBlock> moe_;
   std::set<std::string> expert_prefixes_;  // layers that belong to a MoE block
   std::vector<std::string> warnings_;
+  // Why the config says "not quantized" -> (layers that have a qweight anyway, first such layer).
+  std::map<std::string, std::pair<int, std::string>> quantized_despite_;
 };
 
 /// "qwen" or "mixtral".

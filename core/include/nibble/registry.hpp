@@ -59,6 +59,9 @@ struct Selection {
   /// One line per candidate tried before the winner ("npu_ref/linear: reason"), and unavailable
   /// backends; empty when the first candidate won.
   std::vector<std::string> passed_over;
+  /// Further candidates that also accept the layer, in order: tried when the winner's prepare
+  /// answers UNSUPPORTED (something only the weight's values reveal).
+  std::vector<std::pair<const BackendInfo*, const KernelInfo*>> later;
 };
 
 /// The name of a numeric mode as the ABI knows it ("weight-only", "dynamic-int8", "float").

@@ -136,7 +136,7 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   int threads = options_.threads > 0 ? options_.threads
                                      : int(std::max(1u, std::thread::hardware_concurrency()));
   layer.experts_ =
-      std::make_shared<const PreparedKernel>(*registry_, sel, d, in, "experts", threads);
+      prepare_first_that_accepts(*registry_, sel, d, in, "experts", threads);
   return layer;
 }
 

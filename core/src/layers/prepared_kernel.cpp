@@ -96,9 +96,35 @@ PreparedKernel::PreparedKernel(const Registry& reg, const Selection& sel,
     // A failed prepare must leave nothing behind; a handle returned with an error is released.
     if (prepared_) kernel_->release(kernel_, prepared_);
     prepared_ = nullptr;
+    if (s == NIBBLE_UNSUPPORTED)
+      throw PrepareUnsupported(sel.kernel->full_name() + " refused at prepare: " +
+                               (err.message[0] ? err.message : "no message"));
     throw Error("layer " + name_ + ": " + sel.kernel->full_name() + " failed to prepare the " +
                 placement_.part + " weight (" + status_text(s) +
                 "): " + (err.message[0] ? err.message : "no message"));
+  }
+}
+
+std::shared_ptr<const PreparedKernel> prepare_first_that_accepts(
+    const Registry& reg, Selection sel, const nibble_layer_desc& desc,
+    const nibble_weight_input& weight, const std::string& part, int threads) {
+  std::vector<std::string> refusals;
+  for (size_t next = 0;; ++next) {
+    try {
+      Selection attempt = sel;
+      for (const auto& r : refusals) attempt.passed_over.push_back(r);
+      return std::make_shared<const PreparedKernel>(reg, attempt, desc, weight, part, threads);
+    } catch (const PrepareUnsupported& e) {
+      refusals.push_back(e.what());
+      if (next >= sel.later.size()) {
+        std::string msg = "layer " + std::string(desc.name ? desc.name : "") +
+                          ": every kernel that accepted the layer refused its weight:";
+        for (const auto& r : refusals) msg += "\n  " + r;
+        throw Error(msg);
+      }
+      sel.backend = sel.later[next].first;
+      sel.kernel = sel.later[next].second;
+    }
   }
 }
 

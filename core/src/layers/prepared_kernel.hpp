@@ -2,12 +2,20 @@
 // the host's tensor validation and workspace handling.
 #pragma once
 
+#include <nibble/error.hpp>
 #include <nibble/registry.hpp>
 #include <nibble/runtime.hpp>
 
+#include <memory>
 #include <string>
 
 namespace nibble {
+
+/// Thrown when a kernel's prepare answers UNSUPPORTED: the next candidate may take the layer.
+class PrepareUnsupported : public Error {
+ public:
+  using Error::Error;
+};
 
 class PreparedKernel {
  public:
@@ -36,6 +44,12 @@ class PreparedKernel {
   Placement placement_;
   int threads_;
 };
+
+/// Prepare with the selected kernel, moving on to sel.later's candidates while prepare answers
+/// UNSUPPORTED; each refusal is recorded in the placement's passed_over.
+std::shared_ptr<const PreparedKernel> prepare_first_that_accepts(
+    const Registry& reg, Selection sel, const nibble_layer_desc& desc,
+    const nibble_weight_input& weight, const std::string& part, int threads);
 
 /// Check a 2-D activation tensor (x or y) and return its row count; `what` names it.
 int64_t check_activation(const DLTensor& t, const char* what, int64_t cols,

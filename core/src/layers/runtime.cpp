@@ -68,8 +68,7 @@ std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const Runt
   nibble_weight_input in{};
   in.struct_size = sizeof in;
   in.dense = &w;
-  return std::make_shared<const PreparedKernel>(reg, sel, d, in, part,
-                                                effective_threads(o.threads));
+  return prepare_first_that_accepts(reg, sel, d, in, part, effective_threads(o.threads));
 }
 
 LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) const {
@@ -97,7 +96,7 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
   nibble_weight_input in{};
   in.struct_size = sizeof in;
   in.quantized = &view;
-  layer.op_ = std::make_shared<const PreparedKernel>(*registry_, sel, d, in, "linear",
+  layer.op_ = prepare_first_that_accepts(*registry_, sel, d, in, "linear",
                                                      effective_threads(options_.threads));
   return layer;
 }

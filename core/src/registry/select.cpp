@@ -132,13 +132,17 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
         for (auto& [b, k] : cands) {
           std::string why = can_implement(*k, desc);
           if (why.empty()) {
-            sel.backend = b;
-            sel.kernel = k;
-            return true;
+            if (!sel.kernel) {
+              sel.backend = b;
+              sel.kernel = k;
+            } else {
+              sel.later.emplace_back(b, k);
+            }
+            continue;
           }
-          tried.push_back(k->full_name() + ": " + why);
+          if (!sel.kernel) tried.push_back(k->full_name() + ": " + why);
         }
-        return false;
+        return sel.kernel != nullptr;
       };
   auto auto_candidates = [&]() {
     std::vector<std::pair<const BackendInfo*, const KernelInfo*>> c;
@@ -156,7 +160,7 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
 
   for (const std::string& name : names) {
     if (name == "auto" || name == "*") {
-      if (try_kernels(auto_candidates())) break;
+      try_kernels(auto_candidates());
       continue;
     }
     const BackendInfo* b = find(name);
@@ -167,19 +171,20 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
                         "' is not loaded (loaded backends: " + (known.empty() ? "none" : known) +
                         ")";
       if (strict) throw Error("layer " + layer + ": " + msg + failure_summary());
-      tried.push_back(msg);
+      if (!sel.kernel) tried.push_back(msg);
       continue;
     }
     used.push_back(b);
     if (!b->available) {
       std::string msg = "backend " + name + " is unavailable here: " + b->probe_detail;
       if (strict) throw Error("layer " + layer + ": " + msg);
-      tried.push_back(msg);
+      if (!sel.kernel) tried.push_back(msg);
       continue;
     }
     auto ks = kernels_for(*b, desc);
     if (ks.empty()) {
-      tried.push_back("backend " + name + " has no " + op_name(desc.op) + " kernel" +
+      if (!sel.kernel)
+        tried.push_back("backend " + name + " has no " + op_name(desc.op) + " kernel" +
                       (desc.op == NIBBLE_OP_DENSE
                            ? std::string()
                            : std::string(" for mode ") + numeric_mode_name(desc.numeric_mode)));
@@ -187,7 +192,7 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
     }
     std::vector<std::pair<const BackendInfo*, const KernelInfo*>> c;
     for (const KernelInfo* k : ks) c.emplace_back(b, k);
-    if (try_kernels(c)) break;
+    try_kernels(c);
   }
   if (sel.kernel) {
     sel.passed_over = tried;

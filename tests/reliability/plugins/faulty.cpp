@@ -2,7 +2,7 @@
 // SDK exception barrier), for the host's fault-injection tests. NIBBLE_FAULT names the faults,
 // comma-separated, read at every call:
 //   entry:fail entry:throw probe:fail probe:throw can_implement:throw prepare:fail prepare:throw
-//   prepare:null prepare:fail_with_handle workspace:fail workspace:huge forward:fail forward:throw
+//   prepare:unsupported prepare:null prepare:fail_with_handle workspace:fail workspace:huge forward:fail forward:throw
 //   size:small (a plugin descriptor smaller than ABI 1.0's)
 // Its kernel otherwise computes a correct quantized linear layer (dequantize, double accumulate).
 #include <nibble/sdk/plugin.h>
@@ -64,6 +64,10 @@ nibble_status prepare(const nibble_kernel*, const nibble_layer_desc*, const nibb
     return NIBBLE_INTERNAL;
   }
   if (fault("prepare:null")) return NIBBLE_OK;  // success, but no handle
+  if (fault("prepare:unsupported")) {
+    say(e, "these zero points do not fit my layout");
+    return NIBBLE_UNSUPPORTED;
+  }
   const nibble_canonical_weight& c = *in->quantized;
   auto* p = new Prepared{c.K, c.N, {}, {}};
   ++g_live;

@@ -5,6 +5,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -96,32 +97,21 @@ constexpr bool is_float_dtype(DLDataType d) {
 
 /// A short name for a dtype ("f32", "bf16", "i32", ...).
 inline std::string dtype_name(DLDataType d) {
-  std::string s;
-  switch (d.code) {
-    case kDLFloat:
-      s = "f";
-      break;
-    case kDLBfloat:
-      s = "bf";
-      break;
-    case kDLInt:
-      s = "i";
-      break;
-    case kDLUInt:
-      s = "u";
-      break;
-    default:
-      s = "code";
-      s += std::to_string(int(d.code));
-      s += "_";
-      break;
-  }
-  s += std::to_string(int(d.bits));
-  if (d.lanes != 1) {
-    s += "x";
-    s += std::to_string(int(d.lanes));
-  }
-  return s;
+  // snprintf rather than string concatenation: GCC 12 at -O3 warns falsely (-Wrestrict) on the
+  // latter.
+  const char* base = d.code == kDLFloat    ? "f"
+                     : d.code == kDLBfloat ? "bf"
+                     : d.code == kDLInt    ? "i"
+                     : d.code == kDLUInt   ? "u"
+                                           : nullptr;
+  char buf[48];
+  if (base && d.lanes == 1)
+    std::snprintf(buf, sizeof buf, "%s%d", base, int(d.bits));
+  else if (base)
+    std::snprintf(buf, sizeof buf, "%s%dx%d", base, int(d.bits), int(d.lanes));
+  else
+    std::snprintf(buf, sizeof buf, "code%d_%dx%d", int(d.code), int(d.bits), int(d.lanes));
+  return buf;
 }
 
 /// Bytes per element of a (single-lane) dtype.

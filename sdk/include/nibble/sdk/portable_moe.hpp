@@ -116,9 +116,11 @@ void moe_forward(const std::vector<Expert<Layout>>& experts, int64_t K, int64_t 
   for (int64_t m = 0; m < M; ++m)
     for (int64_t j = 0; j < top_k; ++j) {
       int64_t e = a.topk_ids.get_int(m, j);
-      require(e >= -1 && e < E, "topk_ids[" + std::to_string(m) + ", " + std::to_string(j) +
-                                    "] = " + std::to_string(e) + " is outside [0, " +
-                                    std::to_string(E) + ") (or -1 for no expert)");
+      if (e < -1 || e >= E)
+        throw Error(NIBBLE_INVALID_ARGUMENT, "topk_ids[" + std::to_string(m) + ", " +
+                                                 std::to_string(j) + "] = " + std::to_string(e) +
+                                                 " is outside [0, " + std::to_string(E) +
+                                                 ") (or -1 for no expert)");
       if (e >= 0) ++begin[size_t(e) + 1];
     }
   for (int64_t e = 0; e < E; ++e) begin[size_t(e) + 1] += begin[size_t(e)];

@@ -1,0 +1,198 @@
+// The reference kernels on the upstream-packed fixtures (tests/data, copied from
+// ../shared/fixtures): a GPTQ v1 and an AWQ GEMM linear layer and a GPTQ MoE block, decoded by the
+// core's checkpoint reader, computed by every npu_ref / gpu_ref kernel that takes them, and
+// compared with the float64 outputs stored next to them (f32 and bf16 inputs, M ∈ {1, 7, 33},
+// MoE with and without renormalised routing weights).
+#include <gtest/gtest.h>
+#include <nibble/checkpoint.hpp>
+#include <nibble/safetensors.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kernel_runs.hpp"
+
+namespace nibble::test {
+namespace {
+
+std::string fixture(const std::string& name) {
+  return std::string(NIBBLE_TEST_DATA_DIR) + "/" + name;
+}
+
+// A tensor of the io file as activations of `dtype` (its values are exact in that dtype).
+Activations activations_of(const TensorView& t, DLDataType dtype) {
+  Activations a;
+  a.M = t.shape.at(0);
+  a.K = t.shape.at(1);
+  a.dtype = dtype;
+  a.bytes.resize(size_t(a.M * a.K) * sdk::dtype_bytes(dtype));
+  a.values.resize(size_t(a.M * a.K));
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    a.values[i] = t.as_double(i);
+    sdk::store_float(a.bytes.data(), dtype, i, float(a.values[i]));
+  }
+  return a;
+}
+
+std::vector<double> values_of(const TensorView& t) {
+  std::vector<double> v(size_t(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = t.as_double(i);
+  return v;
+}
+
+class ReferenceFixtures : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    npu = new HarnessPlugin("npu_ref");
+    gpu = new HarnessPlugin("gpu_ref");
+  }
+  static HarnessPlugin* npu;
+  static HarnessPlugin* gpu;
+};
+HarnessPlugin* ReferenceFixtures::npu = nullptr;
+HarnessPlugin* ReferenceFixtures::gpu = nullptr;
+
+TEST_F(ReferenceFixtures, LinearLayersReproduceTheStoredOutputs) {
+  for (const std::string name : {"gptq_v1_sym_g128", "awq_gemm_g128"}) {
+    const Checkpoint ckpt = Checkpoint::open(fixture(name));
+    const auto io = SafetensorsFile::open(fixture(name) + "/io.safetensors");
+    const std::vector<LayerInfo> layers = ckpt.linear_layers();
+    const auto layer = std::find_if(layers.begin(), layers.end(), [](const LayerInfo& l) {
+      return l.kind == LayerKind::Quantized;
+    });
+    ASSERT_NE(layer, layers.end()) << name;
+    const CanonicalWeight w = ckpt.decode_linear(layer->prefix);
+    nibble_layer_desc d{};
+    d.struct_size = sizeof d;
+    d.op = NIBBLE_OP_LINEAR;
+    d.name = layer->prefix.c_str();
+    d.K = w.K;
+    d.N = w.N;
+    d.bits = w.bits;
+    d.group_size = w.group_size;
+    d.has_g_idx = w.g_idx.empty() ? 0 : 1;
+    d.symmetric = w.symmetric() ? 1 : 0;
+    d.has_bias = w.bias.empty() ? 0 : 1;
+    d.weight_dtype = w.scales_dtype;
+    d.numeric_mode = NIBBLE_MODE_WEIGHT_ONLY;
+    d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_BF16 | NIBBLE_DTYPE_F16;
+    int kernels_run = 0;
+    for (const nibble_kernel* k : {npu->kernel("linear_antiquant"), gpu->kernel("linear_marlin"),
+                                   gpu->kernel("linear_exllama")}) {
+      ASSERT_EQ(why_not(k, d), "") << name << " " << k->name;
+      const nibble_canonical_weight cw = w.view();
+      nibble_weight_input in{};
+      in.struct_size = sizeof in;
+      in.quantized = &cw;
+      nibble_prepared* p = nullptr;
+      ErrorText err;
+      ASSERT_EQ(k->prepare(k, &d, &in, &p, err.get()), NIBBLE_OK) << err.text();
+      PreparedLayer prepared(k, p);
+      for (int M : {1, 7, 33})
+        for (const std::string tag : {"", "bf16_"}) {
+          const DLDataType dt = tag.empty() ? sdk::dtype_f32() : sdk::dtype_bf16();
+          const std::string m = "m" + std::to_string(M);
+          const Activations x = activations_of(io->tensor("x_" + tag + m), dt);
+          const std::vector<double> expected = values_of(io->tensor("y_" + tag + m));
+          const CaseResult r = run_linear(prepared, x, w.N, expected);
+          ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+          EXPECT_EQ(r.not_finite, 0u);
+          EXPECT_LE(r.rel_error, declared_bound(k, dt))
+              << name << " " << k->name << " " << tag << m;
+        }
+      ++kernels_run;
+    }
+    EXPECT_EQ(kernels_run, 3);
+  }
+}
+
+// Experts handed to the kernels straight from the checkpoint, one at a time.
+struct CheckpointExperts {
+  const Checkpoint* ckpt;
+  std::string prefix;
+  std::pair<CanonicalWeight, CanonicalWeight> current;
+};
+
+TEST_F(ReferenceFixtures, MoeBlockReproducesTheStoredOutputs) {
+  const std::string name = "moe_gptq_e8_top2";
+  const Checkpoint ckpt = Checkpoint::open(fixture(name));
+  const auto io = SafetensorsFile::open(fixture(name) + "/io.safetensors");
+  const std::vector<MoeInfo> blocks = ckpt.moe_blocks();
+  ASSERT_EQ(blocks.size(), 1u);
+  const MoeInfo& b = blocks[0];
+  CheckpointExperts source{&ckpt, b.prefix, {}};
+  source.current = ckpt.decode_expert(b.prefix, 0);
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_MOE;
+  d.name = b.prefix.c_str();
+  d.K = b.hidden;
+  d.N = b.intermediate;
+  d.bits = b.w13_bits;
+  d.group_size = b.w13_group_size;
+  d.has_g_idx = source.current.first.g_idx.empty() ? 0 : 1;
+  d.symmetric = source.current.first.symmetric() ? 1 : 0;
+  d.weight_dtype = source.current.first.scales_dtype;
+  d.numeric_mode = NIBBLE_MODE_WEIGHT_ONLY;
+  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_BF16 | NIBBLE_DTYPE_F16;
+  d.num_experts = b.num_experts;
+  d.top_k = 2;
+  d.activation = NIBBLE_ACT_SILU;
+  d.w2_group_size = b.w2_group_size;
+  d.w2_has_g_idx = source.current.second.g_idx.empty() ? 0 : 1;
+  d.w2_symmetric = source.current.second.symmetric() ? 1 : 0;
+
+  nibble_moe_source src{};
+  src.struct_size = sizeof src;
+  src.num_experts = b.num_experts;
+  src.ctx = &source;
+  src.get_expert = [](void* ctx, int32_t e, nibble_canonical_weight* w13,
+                      nibble_canonical_weight* w2, nibble_error*) -> nibble_status {
+    auto* s = static_cast<CheckpointExperts*>(ctx);
+    s->current = s->ckpt->decode_expert(s->prefix, e);
+    *w13 = s->current.first.view();
+    *w2 = s->current.second.view();
+    return NIBBLE_OK;
+  };
+  src.put_expert = [](void*, int32_t) {};
+  nibble_weight_input in{};
+  in.struct_size = sizeof in;
+  in.experts = &src;
+
+  // K = 256, I = 384, group 128: both w13 and w2 fit Marlin's rules, so all three kernels run.
+  for (const nibble_kernel* k :
+       {npu->kernel("moe_antiquant"), gpu->kernel("moe_marlin"), gpu->kernel("moe_exllama")}) {
+    ASSERT_EQ(why_not(k, d), "") << k->name;
+    nibble_prepared* p = nullptr;
+    ErrorText err;
+    ASSERT_EQ(k->prepare(k, &d, &in, &p, err.get()), NIBBLE_OK) << err.text();
+    PreparedLayer prepared(k, p);
+    for (int M : {1, 7, 33})
+      for (const std::string tag : {"", "bf16_"})
+        for (const std::string norm : {"", "norenorm_"}) {
+          const DLDataType dt = tag.empty() ? sdk::dtype_f32() : sdk::dtype_bf16();
+          const std::string m = "m" + std::to_string(M);
+          const Activations x = activations_of(io->tensor("x_" + tag + m), dt);
+          const TensorView& ids = io->tensor("topk_ids_" + tag + m);
+          const TensorView& weights = io->tensor("topk_weights_" + norm + tag + m);
+          Routing routing;
+          routing.M = M;
+          routing.top_k = 2;
+          routing.weight_dtype = sdk::dtype_f32();
+          for (int64_t i = 0; i < ids.numel(); ++i) {
+            routing.ids.push_back(ids.i32(size_t(i)));
+            routing.weights.push_back(weights.as_double(size_t(i)));
+          }
+          const std::vector<double> expected = values_of(io->tensor("y_" + norm + tag + m));
+          const CaseResult r = run_moe(prepared, x, routing, false, expected);
+          ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+          EXPECT_EQ(r.not_finite, 0u);
+          // The stored routing weights are f32 roundings of float64 ones: that adds ~6e-8.
+          EXPECT_LE(r.rel_error, declared_bound(k, dt)) << k->name << " " << norm << tag << m;
+        }
+  }
+}
+
+}  // namespace
+}  // namespace nibble::test
