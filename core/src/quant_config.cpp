@@ -240,14 +240,19 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
     cfg.checkpoint_format = format;
   } else {
     cfg.sym = false;
+    // AutoAWQ writes `version`; GPTQModel writes `format` / `checkpoint_format`: every one
+    // present must name a layout nibble reads.
     std::string version = "gemm";
-    if (const ojson* v = lookup(obj, {"version"}))
-      version = lower(get_string(*v, "version", source));
-    if (version != "gemm") {
-      throw Error(
-          fmt::format("{}: quantization_config version = \"{}\" is not supported (nibble "
-                      "supports AWQ version gemm)",
-                      source, version));
+    for (const char* key : {"version", "format", "checkpoint_format"}) {
+      const ojson* v = lookup(obj, {key});
+      if (!v) continue;
+      std::string value = lower(get_string(*v, key, source));
+      if (value != "gemm") {
+        throw Error(
+            fmt::format("{}: quantization_config {} = \"{}\" is not supported (nibble "
+                        "supports AWQ version gemm)",
+                        source, key, value));
+      }
     }
     cfg.checkpoint_format = version;
     if (const ojson* v = lookup(obj, {"zero_point"}); v && !get_bool(*v, "zero_point", source)) {

@@ -9,10 +9,14 @@ namespace nibble {
 
 int64_t groups_for(int64_t K, int group_size) {
   if (group_size == -1) return 1;
+  // Found by fuzz_schemes: a group size of 0 used to divide by zero here.
+  if (group_size <= 0)
+    throw Error(fmt::format("group_size {} is invalid (expected a positive size or -1)", group_size));
   return (K + group_size - 1) / group_size;
 }
 
 bool is_identity_grouping(const std::vector<int32_t>& g_idx, int group_size) {
+  if (group_size <= 0 && group_size != -1) return false;
   for (size_t k = 0; k < g_idx.size(); ++k) {
     int64_t expect = group_size == -1 ? 0 : int64_t(k) / group_size;
     if (g_idx[k] != expect) return false;
