@@ -21,8 +21,9 @@ struct CommandFlags {
 const CommandFlags kFlags[] = {
     {"backends", "--json"},
     {"inspect", "--json"},
-    {"quantize", "--synthetic --in --out --format --bits --group-size --sym --asym --act-order "
-                 "--layers --moe --seed"},
+    {"quantize",
+     "--synthetic --in --out --format --bits --group-size --sym --asym --act-order "
+     "--layers --moe --seed"},
     {"run", "--model --layer --input --output --top-k --no-renormalize --renormalize --explain"},
     {"demo", "--quiet --json --model"},
     {"bench", "--json --report --quick"},
@@ -51,11 +52,18 @@ int nibble_cmd_completion(int argc, char** argv) {
   fmt::print("    COMPREPLY=($(compgen -W \"{}\" -- \"$cur\"))\n", commands);
   fmt::print("    return\n  fi\n");
   fmt::print("  case \"$prev\" in\n");
-  fmt::print("    --plugin-dir|--model|--out|--in|--report) COMPREPLY=($(compgen -d -- \"$cur\")); return;;\n");
-  fmt::print("    --config|--input|--output|--plugin|--json) COMPREPLY=($(compgen -f -- \"$cur\")); return;;\n");
+  fmt::print(
+      "    --plugin-dir|--model|--out|--in|--report) COMPREPLY=($(compgen -d -- \"$cur\")); "
+      "return;;\n");
+  fmt::print(
+      "    --config|--input|--output|--plugin|--json) COMPREPLY=($(compgen -f -- \"$cur\")); "
+      "return;;\n");
   fmt::print("    --mode) COMPREPLY=($(compgen -W \"w4a16 w4a8\" -- \"$cur\")); return;;\n");
-  fmt::print("    --format) COMPREPLY=($(compgen -W \"gptq gptq_v2 awq\" -- \"$cur\")); return;;\n");
-  fmt::print("    --backend) COMPREPLY=($(compgen -W \"auto cpu_amx npu_ref gpu_ref\" -- \"$cur\")); return;;\n");
+  fmt::print(
+      "    --format) COMPREPLY=($(compgen -W \"gptq gptq_v2 awq\" -- \"$cur\")); return;;\n");
+  fmt::print(
+      "    --backend) COMPREPLY=($(compgen -W \"auto cpu_amx npu_ref gpu_ref\" -- \"$cur\")); "
+      "return;;\n");
   fmt::print("  esac\n");
   fmt::print("  cmd=\"${{COMP_WORDS[1]}}\"\n");
   fmt::print("  case \"$cmd\" in\n");

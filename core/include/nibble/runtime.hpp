@@ -115,6 +115,9 @@ class Runtime {
   /// Build the MoE block `prefix` of `ckpt` (router included); experts are decoded one at a time.
   MoeLayer moe(const Checkpoint& ckpt, const std::string& prefix,
                const MoeOptions& options = {}) const;
+  /// A dense layer from a weight the caller holds ([N][K] f32/f16/bf16, optional bias), for
+  /// routers an engine keeps itself and for dense baselines. The weight is copied by the plugin.
+  LinearLayer dense(const std::string& name, const nibble_dense_weight& weight) const;
   /// The layer descriptor a quantized weight gets under this runtime's mode.
   nibble_layer_desc describe(const CanonicalWeight& w, const char* name) const;
 

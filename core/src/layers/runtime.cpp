@@ -2,6 +2,7 @@
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/runtime.hpp>
+#include <nibble/sdk/numeric.hpp>
 
 #include <algorithm>
 #include <thread>
@@ -71,6 +72,30 @@ std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const Runt
   return prepare_first_that_accepts(reg, sel, d, in, part, effective_threads(o.threads));
 }
 
+LinearLayer Runtime::dense(const std::string& name, const nibble_dense_weight& w) const {
+  if (w.K <= 0 || w.N <= 0 || !w.data || !sdk::is_float_dtype(w.dtype))
+    throw Error("dense layer " + name + ": expected a non-empty f32, f16 or bf16 weight [N][K]");
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_DENSE;
+  d.name = name.c_str();
+  d.K = w.K;
+  d.N = w.N;
+  d.has_bias = w.bias ? 1 : 0;
+  d.weight_dtype = w.dtype;
+  d.numeric_mode = NIBBLE_MODE_FLOAT;
+  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  Selection sel = registry_->select(d, options_.backend);
+  warn_fallback(sel, name, "dense");
+  nibble_weight_input in{};
+  in.struct_size = sizeof in;
+  in.dense = &w;
+  LinearLayer layer;
+  layer.op_ = prepare_first_that_accepts(*registry_, sel, d, in, "dense",
+                                         effective_threads(options_.threads));
+  return layer;
+}
+
 LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) const {
   LinearLayer layer;
   std::vector<LayerInfo> layers = ckpt.linear_layers();
@@ -97,7 +122,7 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
   in.struct_size = sizeof in;
   in.quantized = &view;
   layer.op_ = prepare_first_that_accepts(*registry_, sel, d, in, "linear",
-                                                     effective_threads(options_.threads));
+                                         effective_threads(options_.threads));
   return layer;
 }
 
