@@ -9,3 +9,4 @@ int nibble_cmd_run(int argc, char** argv);
 int nibble_cmd_demo(int argc, char** argv);
 int nibble_cmd_completion(int argc, char** argv);
 int nibble_cmd_conformance(int argc, char** argv);
+int nibble_cmd_bench(int argc, char** argv);

@@ -24,6 +24,9 @@ const Command kCommands[] = {
     {"inspect", nibble_cmd_inspect, "show a checkpoint's quantization config, layers and warnings"},
     {"quantize", nibble_cmd_quantize, "quantize a checkpoint (or a synthetic one) to GPTQ or AWQ"},
     {"completion", nibble_cmd_completion, "print a bash completion script"},
+#ifdef NIBBLE_HAVE_BENCH
+    {"bench", nibble_cmd_bench, "benchmark cpu_amx against the machine's limits and oneDNN"},
+#endif
     {"run", nibble_cmd_run, "run one linear layer or MoE block of a checkpoint on an input"},
 };
 

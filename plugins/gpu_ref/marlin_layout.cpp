@@ -67,7 +67,7 @@ std::vector<uint32_t> marlin_repack(const std::vector<uint8_t>& q_kn, int64_t K,
 }
 
 std::string marlin_why_not(int64_t K, int64_t N, int group_size, bool act_order, bool symmetric,
-                           const std::string& what) {
+                           int bits, int max_zero, const std::string& what) {
   if (N % 64 != 0)
     return what + ": N = " + std::to_string(N) +
            " is not a multiple of 64 (Marlin's minimum thread tile of outputs)";
@@ -84,6 +84,9 @@ std::string marlin_why_not(int64_t K, int64_t N, int group_size, bool act_order,
     return what +
            ": act-order with zero points (Marlin's zero-point uint4/uint8 kernels, the "
            "AWQ form, have no act-order variant)";
+  if (bits == 4 && max_zero > 15)
+    return what + ": zero point " + std::to_string(max_zero) +
+           " (GPTQ v1's stored 0xF) does not fit Marlin's uint4 zero points (0..15)";
   return "";
 }
 
@@ -98,9 +101,14 @@ MarlinWeight MarlinWeight::pack(const sdk::QuantWeight& w) {
   const int mid = 1 << (w.bits() - 1);
   const bool act_order = w.has_g_idx() && w.group_size() != -1;
   bool symmetric = true;
+  int max_zero = 0;
   for (int64_t g = 0; g < G; ++g)
-    for (int64_t n = 0; n < N; ++n) symmetric = symmetric && w.zero(g, n) == mid;
-  const std::string why = marlin_why_not(K, N, w.group_size(), act_order, symmetric, "weight");
+    for (int64_t n = 0; n < N; ++n) {
+      symmetric = symmetric && w.zero(g, n) == mid;
+      max_zero = std::max(max_zero, int(w.zero(g, n)));
+    }
+  const std::string why =
+      marlin_why_not(K, N, w.group_size(), act_order, symmetric, w.bits(), max_zero, "weight");
   if (!why.empty()) throw sdk::Error(NIBBLE_UNSUPPORTED, why);
   const bool single = w.group_size() == -1 || w.group_size() >= K;
   sdk::require(!single || G == 1, "weight: one group expected, got " + std::to_string(G));

@@ -42,10 +42,10 @@ std::vector<int> marlin_interleave(int bits);
 std::vector<uint32_t> marlin_repack(const std::vector<uint8_t>& q_kn, int64_t K, int64_t N,
                                     int bits);
 
-/// Why Marlin cannot take a K × N weight with this group size, act-order and symmetry ("" if
-/// it can). `what` names the weight in the message.
+/// Why Marlin cannot take a K × N weight with this group size, act-order, symmetry and largest
+/// zero point (0: unknown) ("" if it can). `what` names the weight in the message.
 std::string marlin_why_not(int64_t K, int64_t N, int group_size, bool act_order, bool symmetric,
-                           const std::string& what);
+                           int bits, int max_zero, const std::string& what);
 
 /// One linear weight in the Marlin layout. Immutable once packed.
 class MarlinWeight {

@@ -117,8 +117,20 @@ TEST_P(SchemeVariant, MatchesFloat64OrRefusesWithReason) {
   // 4-bit zero points of 16 (GPTQ v1's stored 0xF) fit neither Marlin's uint4 zero points nor,
   // together with zeros of 0, ExLlama's 4-bit zeros under one offset.
   const bool zero16 = w.bits == 4 && has_zero(w, 16);
-  candidates.push_back({gpu->kernel("linear_marlin"), expected_marlin_refusal(w, d),
-                        zero16 ? "does not fit Marlin's uint4 zero points" : ""});
+  std::string marlin_refusal = expected_marlin_refusal(w, d);
+  if (marlin_refusal.empty() && zero16) {
+    // The descriptor's max_zero (ABI 1.1) lets Marlin refuse up front; a host that does not
+    // report it (max_zero 0) still gets a refusal, at prepare.
+    marlin_refusal = "does not fit Marlin's uint4 zero points";
+    nibble_layer_desc unknown = d;
+    unknown.max_zero = 0;
+    const nibble_kernel* marlin = gpu->kernel("linear_marlin");
+    EXPECT_EQ(why_not(marlin, unknown), "");
+    PrepareResult p = try_prepare_linear(marlin, unknown, w);
+    EXPECT_EQ(p.status, NIBBLE_UNSUPPORTED);
+    EXPECT_NE(p.message.find(marlin_refusal), std::string::npos) << p.message;
+  }
+  candidates.push_back({gpu->kernel("linear_marlin"), marlin_refusal, ""});
   candidates.push_back(
       {gpu->kernel("linear_exllama"), "", zero16 && has_zero(w, 0) ? "both 0 and 16" : ""});
 

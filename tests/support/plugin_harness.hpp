@@ -192,6 +192,15 @@ inline nibble_layer_desc moe_desc(const TestExperts& ex, int top_k, const char* 
   d.w2_symmetric = ex.w2[0].is_symmetric() ? 1 : 0;
   d.symmetric = ex.w13[0].is_symmetric() ? 1 : 0;
   d.has_g_idx = ex.w13[0].g_idx.empty() ? 0 : 1;
+#if NIBBLE_ABI_MINOR >= 1
+  d.max_zero = d.w2_max_zero = 0;
+  for (size_t e = 0; e < ex.w13.size(); ++e)
+    for (const auto* w : {&ex.w13[e], &ex.w2[e]}) {
+      int z = w->zeros.empty() ? 0 : *std::max_element(w->zeros.begin(), w->zeros.end());
+      int32_t& slot = w == &ex.w13[e] ? d.max_zero : d.w2_max_zero;
+      slot = std::max<int32_t>(slot, z);
+    }
+#endif
   return d;
 }
 

@@ -30,7 +30,8 @@ inline void w4a8_quantize_row(const double* x, int64_t K, std::vector<int32_t>* 
 
 /// The fp32 accumulators C[M][N] of the W4A8 arithmetic (before rounding to the output dtype).
 /// `x` holds the activations exactly (as double), as `Activations::values` does.
-inline std::vector<float> w4a8_oracle(const TestWeight& w, const std::vector<double>& x, int64_t M) {
+inline std::vector<float> w4a8_oracle(const TestWeight& w, const std::vector<double>& x,
+                                      int64_t M) {
   const int64_t K = w.K, N = w.N;
   const int64_t gs = w.group_size > 0 ? w.group_size : K;
   const int64_t block = std::min<int64_t>(gs, 128);

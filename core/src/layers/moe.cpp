@@ -116,6 +116,9 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   d.w2_group_size = info.w2_group_size;
   d.w2_has_g_idx = info.act_order ? 1 : 0;
   d.w2_symmetric = 0;
+  // Only expert 0 was decoded: the experts' largest zero points are unknown.
+  d.max_zero = 0;
+  d.w2_max_zero = 0;
   first = {};
   Selection sel = registry_->select(d, options_.backend);
   if (!sel.passed_over.empty()) {
@@ -135,8 +138,7 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   in.experts = &src;
   int threads = options_.threads > 0 ? options_.threads
                                      : int(std::max(1u, std::thread::hardware_concurrency()));
-  layer.experts_ =
-      prepare_first_that_accepts(*registry_, sel, d, in, "experts", threads);
+  layer.experts_ = prepare_first_that_accepts(*registry_, sel, d, in, "experts", threads);
   return layer;
 }
 

@@ -45,6 +45,7 @@ nibble_layer_desc Runtime::describe(const CanonicalWeight& w, const char* name) 
   d.numeric_mode =
       options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
   d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  d.max_zero = w.zeros.empty() ? 0 : *std::max_element(w.zeros.begin(), w.zeros.end());
   return d;
 }
 

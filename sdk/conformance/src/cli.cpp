@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -1,6 +1,7 @@
 // Format truth: the upstream-packed fixtures (GPTQ v1, AWQ GEMM, a GPTQ MoE block), decoded by
 // nibble::Checkpoint into canonical weights, run through every kernel that accepts them and
 // compared with the float64 outputs stored beside them (io.safetensors).
+#include <algorithm>
 #include <nibble/checkpoint.hpp>
 
 #include <filesystem>
@@ -56,6 +57,9 @@ nibble_layer_desc linear_desc_of(const CanonicalWeight& w, const nibble_kernel* 
   d.has_bias = w.bias.empty() ? 0 : 1;
   d.weight_dtype = w.scales_dtype;
   d.numeric_mode = k->numeric_mode;
+#if NIBBLE_ABI_MINOR >= 1
+  d.max_zero = w.zeros.empty() ? 0 : *std::max_element(w.zeros.begin(), w.zeros.end());
+#endif
   return d;
 }
 
@@ -82,7 +86,8 @@ void run_linear_fixture(const fs::path& dir, const nibble_kernel* k, int threads
     for (const Input& input : kInputs) {
       if (!(p.dtypes & input.flag)) continue;
       for (int M : kRows) {
-        std::string m = "m" + std::to_string(M);
+        std::string m = "m";  // (not "m" + ...: GCC 12's -Wrestrict false positive)
+        m += std::to_string(M);
         Activations a = activations_from(io->tensor(std::string("x_") + input.tag + m),
                                          dtype_of_flag(input.flag));
         auto x = tensor_of(a);

@@ -72,6 +72,9 @@ std::string compare_output(const Tensor2D& y, const std::vector<double>& ref, do
   if (bad)
     return std::to_string(bad) + " of " + std::to_string(rows * cols) +
            " output elements were not written (still NaN) or are not finite";
+  // Tensor2D keeps one poisoned element after the last row: a write there overran y.
+  if (!std::isnan(sdk::load_float(y.bytes.data(), y.t.dtype, size_t(rows * y.strides[0]))))
+    return "wrote past the end of y";
   double err = relative_error(got, ref);
   if (!(err <= bound)) return "relative error " + sci(err) + " > bound " + sci(bound);
   return "";

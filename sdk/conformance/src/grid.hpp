@@ -34,7 +34,8 @@ std::vector<PreparedFor> accept_and_prepare(
                                                        std::string*)>& prepare_fn,
     std::vector<std::string>& failures, std::string* refusal);
 
-/// "" when every element of y is finite and ‖y − ref‖/‖ref‖ ≤ bound, else what is wrong.
+/// "" when every element of y is finite, nothing was written past its end, and
+/// ‖y − ref‖/‖ref‖ ≤ bound; else what is wrong. y must have been poisoned with NaN.
 std::string compare_output(const Tensor2D& y, const std::vector<double>& ref, double bound);
 
 /// A tensor holding `values` (already representable in dtype) as rows × cols of `dtype`.

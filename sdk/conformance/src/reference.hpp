@@ -99,6 +99,9 @@ struct TestWeight {
     d.weight_dtype = scales_dtype;
     d.numeric_mode = NIBBLE_MODE_WEIGHT_ONLY;
     d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+#if NIBBLE_ABI_MINOR >= 1
+    d.max_zero = zeros.empty() ? 0 : *std::max_element(zeros.begin(), zeros.end());
+#endif
     return d;
   }
   /// Whether every zero is 2^(bits-1).

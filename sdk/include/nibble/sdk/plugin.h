@@ -134,6 +134,13 @@ typedef struct nibble_layer_desc {
   int32_t w2_group_size;
   int32_t w2_has_g_idx;
   int32_t w2_symmetric;
+#if NIBBLE_ABI_MINOR >= 1
+  /* Appended in 1.1: the largest effective zero point of the weight (MoE: of every expert's w13)
+   * and of every w2; 0 when the host does not know. 4-bit GPTQ v1 weights can reach 16, which
+   * layouts with 4-bit zero points cannot hold. */
+  int32_t max_zero;
+  int32_t w2_max_zero;
+#endif
 } nibble_layer_desc;
 
 /*

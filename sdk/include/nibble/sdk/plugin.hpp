@@ -100,6 +100,21 @@ class Host {
   }
 };
 
+/// The largest effective zero point the host reports for the layer's weight (`w2` for MoE's
+/// down projection), or 0 when the host is older than ABI 1.1 or does not know.
+inline int max_zero(const nibble_layer_desc& d, bool w2 = false) {
+#if NIBBLE_ABI_MINOR >= 1
+  size_t offset =
+      w2 ? offsetof(nibble_layer_desc, w2_max_zero) : offsetof(nibble_layer_desc, max_zero);
+  if (!has_field(d.struct_size, offset, sizeof(int32_t))) return 0;
+  return w2 ? d.w2_max_zero : d.max_zero;
+#else
+  (void)d;
+  (void)w2;
+  return 0;
+#endif
+}
+
 /// A validated 2-D view of a DLTensor: rows × cols, unit column stride, row stride in elements.
 struct Matrix {
   char* data = nullptr;

@@ -1,0 +1,37 @@
+// The machine's limits, measured by the bench itself next to the kernels: a STREAM-like read
+// bandwidth over a buffer larger than the last-level cache, and register-only AMX tile loops for
+// the bf16 and int8 peaks (the AMX unit may be shared: a peak from a minute ago means little).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace nibble::bench {
+
+/// Last-level cache size in bytes (sysfs; 32 MiB when unknown).
+size_t l3_bytes();
+
+/// Whether AMX tiles (bf16 and int8) are usable in this process (asks the kernel for permission).
+bool amx_usable();
+
+/// A read-bandwidth probe over a buffer first-touched by the threads that read it.
+class ReadBandwidth {
+ public:
+  ReadBandwidth(size_t bytes, int threads);
+  ~ReadBandwidth();
+  /// One pass over the whole buffer with `threads` threads, 4 streams each; GB/s.
+  double sample() const;
+
+ private:
+  uint64_t* data_ = nullptr;
+  size_t words_ = 0;
+  int threads_ = 1;
+};
+
+/// Register-only TDPBF16PS / TDPBSSD loops on `threads` threads for about `seconds`:
+/// TFLOP/s (bf16) or TOP/s (int8). Only call when amx_usable().
+double amx_bf16_peak(int threads, double seconds);
+double amx_int8_peak(int threads, double seconds);
+
+}  // namespace nibble::bench

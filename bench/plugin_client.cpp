@@ -1,0 +1,180 @@
+#include "plugin_client.hpp"
+
+#include <nibble/sdk/numeric.hpp>
+
+#include <dlfcn.h>
+
+#include <random>
+#include <stdexcept>
+
+namespace nibble::bench {
+
+CanonicalWeight random_weight(int64_t K, int64_t N, int bits, int group_size, uint32_t seed) {
+  CanonicalWeight w;
+  w.K = K;
+  w.N = N;
+  w.bits = bits;
+  w.group_size = group_size;
+  const int64_t gs = group_size > 0 ? group_size : K;
+  w.groups = (K + gs - 1) / gs;
+  std::mt19937 rng(seed);
+  const uint32_t maxq = (1u << bits) - 1;
+  w.q.resize(size_t(K * N));
+  for (size_t i = 0; i < w.q.size(); i += 4) {
+    uint32_t r = rng();
+    for (size_t j = 0; j < 4 && i + j < w.q.size(); ++j)
+      w.q[i + j] = uint8_t((r >> (8 * j)) & maxq);
+  }
+  w.zeros.resize(size_t(w.groups * N));
+  for (auto& z : w.zeros) z = uint8_t(rng() & maxq);
+  w.scales.resize(size_t(w.groups * N));
+  std::uniform_real_distribution<float> mag(0.5f, 1.5f);
+  for (auto& s : w.scales) s = sdk::f32_to_f16(mag(rng) / (float(maxq) * 64.f));
+  return w;
+}
+
+std::vector<float> CanonicalWeight::dequantized() const {
+  std::vector<float> d(size_t(K * N));
+  const int64_t gs = group_size > 0 ? group_size : K;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t gi = size_t((k / gs) * N + n);
+      d[size_t(n * K + k)] =
+          float(int(q[size_t(n * K + k)]) - int(zeros[gi])) * sdk::f16_to_f32(scales[gi]);
+    }
+  return d;
+}
+
+nibble_canonical_weight CanonicalWeight::view() const {
+  nibble_canonical_weight c{};
+  c.struct_size = sizeof c;
+  c.bits = bits;
+  c.group_size = group_size;
+  c.K = K;
+  c.N = N;
+  c.num_groups = groups;
+  c.q = q.data();
+  c.scales = scales.data();
+  c.scales_dtype = sdk::dtype_f16();
+  c.zeros = zeros.data();
+  return c;
+}
+
+nibble_layer_desc linear_desc(const CanonicalWeight& w, int mode) {
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_LINEAR;
+  d.name = "bench.linear";
+  d.K = w.K;
+  d.N = w.N;
+  d.bits = w.bits;
+  d.group_size = w.group_size;
+  d.weight_dtype = sdk::dtype_f16();
+  d.numeric_mode = mode;
+  d.act_dtypes = NIBBLE_DTYPE_BF16;
+  return d;
+}
+
+namespace {
+struct Err {
+  nibble_error e{};
+  Err() { e.struct_size = sizeof e; }
+};
+int32_t budget_of(void* ctx) { return *static_cast<int*>(ctx); }
+}  // namespace
+
+Plugin::Plugin(const std::string& dir, const std::string& name, int threads) : threads_(threads) {
+  const std::string path = dir + "/libnibble_" + name + ".so";
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed (DESIGN §3)
+  if (!h) throw std::runtime_error("cannot load " + path + ": " + dlerror());
+  auto entry = reinterpret_cast<nibble_plugin_entry_fn>(dlsym(h, NIBBLE_PLUGIN_ENTRY_SYMBOL));
+  if (!entry) throw std::runtime_error(path + ": no " NIBBLE_PLUGIN_ENTRY_SYMBOL);
+  host_.struct_size = sizeof host_;
+  host_.abi_major = NIBBLE_ABI_MAJOR;
+  host_.abi_minor = NIBBLE_ABI_MINOR;
+  host_.host_version = "nibble-bench";
+  host_.ctx = &threads_;
+  host_.log = [](void*, int32_t, const char*, const char*) {};
+  host_.thread_budget = &budget_of;
+  plugin_.struct_size = sizeof plugin_;
+  plugin_.abi_major = NIBBLE_ABI_MAJOR;
+  plugin_.abi_minor = NIBBLE_ABI_MINOR;
+  Err err;
+  if (entry(&host_, &plugin_, &err.e) != NIBBLE_OK)
+    throw std::runtime_error(path + ": entry failed: " + err.e.message);
+}
+
+std::string Plugin::probe_detail() const {
+  nibble_probe_result r{};
+  r.struct_size = sizeof r;
+  if (plugin_.probe(&r) != NIBBLE_OK) return "probe failed";
+  return std::string(r.available ? "available: " : "unavailable: ") + r.detail;
+}
+
+const nibble_kernel* Plugin::linear_kernel(const CanonicalWeight& w, int mode,
+                                           std::string* why) const {
+  const nibble_layer_desc d = linear_desc(w, mode);
+  const nibble_kernel* best = nullptr;
+  for (uint32_t i = 0; i < plugin_.kernel_count; ++i) {
+    const nibble_kernel* k = plugin_.kernels[i];
+    if (k->op != NIBBLE_OP_LINEAR || k->numeric_mode != mode) continue;
+    Err err;
+    if (!k->can_implement(k, &d, &err.e)) {
+      if (why) *why += std::string(k->name) + ": " + err.e.message + "; ";
+      continue;
+    }
+    if (!best || k->priority > best->priority) best = k;
+  }
+  return best;
+}
+
+std::unique_ptr<PreparedLinear> Plugin::prepare(const nibble_kernel* k, const CanonicalWeight& w,
+                                                int mode) const {
+  const nibble_layer_desc d = linear_desc(w, mode);
+  nibble_canonical_weight cw = w.view();
+  nibble_weight_input in{};
+  in.struct_size = sizeof in;
+  in.quantized = &cw;
+  nibble_prepared* p = nullptr;
+  Err err;
+  if (k->prepare(k, &d, &in, &p, &err.e) != NIBBLE_OK)
+    throw std::runtime_error(std::string(k->name) + " prepare: " + err.e.message);
+  return std::make_unique<PreparedLinear>(k, p);
+}
+
+PreparedLinear::~PreparedLinear() { k_->release(k_, p_); }
+
+size_t PreparedLinear::bytes() const { return k_->prepared_bytes ? k_->prepared_bytes(k_, p_) : 0; }
+
+void PreparedLinear::forward(const uint16_t* x, uint16_t* y, int64_t M, int64_t K, int64_t N,
+                             int threads, std::vector<uint8_t>& workspace) const {
+  Err err;
+  size_t ws = 0;
+  if (k_->workspace_bytes(k_, p_, M, &ws, &err.e) != NIBBLE_OK)
+    throw std::runtime_error(std::string("workspace_bytes: ") + err.e.message);
+  if (workspace.size() < ws + 64) workspace.resize(ws + 64);
+  int64_t xs[2] = {M, K}, ys[2] = {M, N};
+  DLTensor xt{};
+  xt.data = const_cast<uint16_t*>(x);
+  xt.device = DLDevice{kDLCPU, 0};
+  xt.ndim = 2;
+  xt.dtype = sdk::dtype_bf16();
+  xt.shape = xs;
+  DLTensor yt = xt;
+  yt.data = y;
+  yt.shape = ys;
+  nibble_forward_args a{};
+  a.struct_size = sizeof a;
+  a.x = &xt;
+  a.y = &yt;
+  nibble_exec e{};
+  e.struct_size = sizeof e;
+  e.workspace = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(workspace.data()) + 63) &
+                                        ~uintptr_t(63));
+  e.workspace_size = ws;
+  e.num_threads = threads;
+  if (k_->forward(k_, p_, &a, &e, &err.e) != NIBBLE_OK)
+    throw std::runtime_error(std::string(k_->name) + " forward: " + err.e.message);
+}
+
+}  // namespace nibble::bench

@@ -1,0 +1,29 @@
+// Per-call activation preparation, shared by every ISA path: convert (f32/f16 → bf16) or quantize
+// (→ int8, FORMATS B.6 step 1) once, in the weight's slot order, into the caller's workspace.
+#pragma once
+
+#include "kernel_api.hpp"
+
+#include <nibble/sdk/plugin.hpp>
+
+namespace nibble::cpu_amx {
+
+/// Rows of the activation buffers are padded to this (two AMX tiles of 16 rows).
+constexpr int64_t kRowPad = 32;
+
+inline int64_t padded_rows(int64_t M) { return (M + kRowPad - 1) / kRowPad * kRowPad; }
+
+/// Workspace bytes for the weight-only activations of M rows.
+size_t a16_workspace_bytes(const PackedLinear& w, int64_t M);
+/// Fill the workspace from x (rows [0, M)); rows [m0, m1) only, so callers may split the work.
+A16Activations a16_view(const PackedLinear& w, int64_t M, void* workspace);
+void a16_fill(const sdk::Matrix& x, const PackedLinear& w, const A16Activations& a, int64_t m0,
+              int64_t m1);
+
+/// Workspace bytes for the int8 activations of M rows.
+size_t a8_workspace_bytes(const PackedLinear& w, int64_t M);
+A8Activations a8_view(const PackedLinear& w, int64_t M, void* workspace);
+void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a, int64_t m0,
+             int64_t m1);
+
+}  // namespace nibble::cpu_amx

@@ -1,0 +1,170 @@
+// Dense (unquantized) linear layers — routers, modules_to_not_convert — through oneDNN's matmul in
+// bf16 (oneDNN picks its AMX/AVX-512 brgemm). The weight is converted to bf16 once at prepare;
+// activations are converted to bf16 per call in the workspace, the fp32 result gets the bias and
+// is rounded to y's dtype. Threads: the output columns are split over the linear kernels' oneTBB
+// arena, and each slice runs oneDNN with that thread's OpenMP limit at 1 (restored after), so
+// Debian's OpenMP build of oneDNN never starts an OpenMP pool — those threads could not be joined
+// at shutdown. One primitive per (M, column slice), created on first use and cached (primitives are
+// immutable and may execute concurrently).
+#include "linear_kernels.hpp"
+
+#include <nibble/sdk/numeric.hpp>
+
+#include <omp.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <dnnl.hpp>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+namespace nibble::cpu_amx {
+namespace {
+
+using dnnl::memory;
+
+class DensePrepared final : public sdk::Prepared {
+ public:
+  DensePrepared(const nibble_dense_weight& w)
+      : K_(w.K), N_(w.N), engine_(dnnl::engine::kind::cpu, 0) {
+    weight_.resize(size_t(K_ * N_));
+    const size_t n = weight_.size();
+    if (w.dtype.code == kDLBfloat) {
+      std::memcpy(weight_.data(), w.data, n * 2);
+    } else {
+      for (size_t i = 0; i < n; ++i)
+        weight_[i] = sdk::f32_to_bf16(sdk::load_float(w.data, w.dtype, i));
+    }
+    if (w.bias) {
+      bias_.resize(size_t(N_));
+      for (int64_t i = 0; i < N_; ++i)
+        bias_[size_t(i)] = sdk::load_float(w.bias, w.bias_dtype, size_t(i));
+    }
+  }
+
+  size_t bytes() const override { return weight_.size() * 2 + bias_.size() * 4 + sizeof(*this); }
+
+  size_t workspace_bytes(int64_t M) const override {
+    return size_t(M) * size_t(K_) * 2 + 64 + size_t(M) * size_t(N_) * 4;
+  }
+
+  void forward(const sdk::ForwardArgs& args, const sdk::Exec& exec) const override {
+    const int64_t M = args.M;
+    auto* xb = static_cast<uint16_t*>(exec.workspace);
+    auto* yf = reinterpret_cast<float*>(reinterpret_cast<char*>(exec.workspace) +
+                                        (size_t(M) * size_t(K_) * 2 + 63) / 64 * 64);
+    for (int64_t m = 0; m < M; ++m) {
+      if (args.x.dtype.code == kDLBfloat) {
+        std::memcpy(xb + m * K_, args.x.row<uint16_t>(m), size_t(K_) * 2);
+      } else {
+        for (int64_t k = 0; k < K_; ++k) xb[m * K_ + k] = sdk::f32_to_bf16(args.x.get(m, k));
+      }
+    }
+    // Column slices of at least 64 (multiples of 16), one per thread at most.
+    const int threads = std::max(1, exec.num_threads);
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(threads, N_ / 64));
+    auto slice = [&](int64_t i) {
+      const int64_t n0 = (N_ * i / parts) / 16 * 16;
+      const int64_t n1 = i + 1 == parts ? N_ : (N_ * (i + 1) / parts) / 16 * 16;
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(1);
+      const Primitive& p = primitive(M, n0, n1);
+      memory src(p.src, engine_, xb);
+      memory wei(p.wei, engine_, const_cast<uint16_t*>(weight_.data()) + n0 * K_);
+      memory dst(p.dst, engine_, yf + n0);
+      dnnl::stream stream(engine_);
+      p.matmul.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+      stream.wait();
+      omp_set_num_threads(saved);
+    };
+    if (parts == 1) {
+      slice(0);
+    } else {
+      arena_for(threads).execute([&] {
+        tbb::parallel_for(
+            tbb::blocked_range<int64_t>(0, parts, 1),
+            [&](const tbb::blocked_range<int64_t>& r) {
+              for (int64_t i = r.begin(); i < r.end(); ++i) slice(i);
+            },
+            tbb::static_partitioner());
+      });
+    }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N_; ++n)
+        args.y.set(m, n, yf[m * N_ + n] + (bias_.empty() ? 0.f : bias_[size_t(n)]));
+  }
+
+ private:
+  struct Primitive {
+    memory::desc src, wei, dst;
+    dnnl::matmul matmul;
+  };
+
+  const Primitive& primitive(int64_t M, int64_t n0, int64_t n1) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto key = std::make_tuple(M, n0, n1);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    Primitive p;
+    const int64_t n = n1 - n0;
+    p.src = memory::desc({M, K_}, memory::data_type::bf16, memory::format_tag::ab);
+    // Our weight is [N][K] row-major: the K×N matrix oneDNN wants, in "ba" order; a column slice
+    // starts n0 rows further.
+    p.wei = memory::desc({K_, n}, memory::data_type::bf16, memory::dims{1, K_});
+    p.dst = memory::desc({M, n}, memory::data_type::f32, memory::dims{N_, 1});
+    dnnl::matmul::desc d(p.src, p.wei, p.dst);
+    p.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(d, engine_));
+    return cache_.emplace(key, std::move(p)).first->second;
+  }
+
+  int64_t K_, N_;
+  dnnl::engine engine_;
+  std::vector<uint16_t> weight_;
+  std::vector<float> bias_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::tuple<int64_t, int64_t, int64_t>, Primitive> cache_;
+};
+
+class DenseKernel final : public sdk::Kernel {
+ public:
+  sdk::KernelInfo info() const override {
+    sdk::KernelInfo i;
+    i.name = "dense_onednn";
+    i.op = NIBBLE_OP_DENSE;
+    i.priority = 100;
+    i.mode = NIBBLE_MODE_FLOAT;
+    // bf16 weights and activations (8-bit mantissas), fp32 accumulation.
+    i.bound_f32 = 1e-2;
+    i.bound_f16 = 1e-2;
+    i.bound_bf16 = 1e-2;
+    return i;
+  }
+
+  std::string why_not(const nibble_layer_desc& d) const override {
+    if (d.op != NIBBLE_OP_DENSE) return "only dense layers (op DENSE)";
+    if (d.numeric_mode == NIBBLE_MODE_DYNAMIC_INT8)
+      return "dynamic int8 is not offered for dense layers";
+    if (!sdk::is_float_dtype(d.weight_dtype))
+      return "weight dtype " + sdk::dtype_name(d.weight_dtype) + " (expected f32, f16 or bf16)";
+    if (d.K <= 0 || d.N <= 0) return "empty layer";
+    return "";
+  }
+
+  std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
+                                         const nibble_weight_input& in) const override {
+    const nibble_dense_weight& w = *in.dense;
+    sdk::require(w.K == d.K && w.N == d.N, "dense weight shape differs from the layer descriptor");
+    sdk::require(w.data != nullptr && sdk::is_float_dtype(w.dtype), "dense weight: data or dtype");
+    sdk::require(!w.bias || sdk::is_float_dtype(w.bias_dtype), "dense bias dtype");
+    return std::make_unique<DensePrepared>(w);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<sdk::Kernel> make_dense_onednn_kernel() { return std::make_unique<DenseKernel>(); }
+
+}  // namespace nibble::cpu_amx

@@ -1,0 +1,126 @@
+// The contract between the dispatcher (linear_kernels.cpp) and the per-ISA micro-kernel files:
+// prepared activations in the workspace, the packed weight, the output view, and one function per
+// (mode, ISA) that computes rows [m0, m1) × panels [p0, p1). Plain data only, so the ISA files
+// share nothing compiled with other flags.
+#pragma once
+
+#include "packed_weight.hpp"
+
+#include <dlpack/dlpack.h>
+
+#include <nibble/sdk/numeric.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace nibble::cpu_amx {
+
+/// Weight-only activations: bf16 in the weight's slot order (sorted by group, zero padded), and
+/// per (row, a16 chunk) the fp32 sum of those bf16 values (the zero-point term needs it).
+struct A16Activations {
+  const uint16_t* x = nullptr;  ///< [rows_padded][stride] bf16 bits; rows ≥ M are zero
+  int64_t stride = 0;           ///< elements per row (≥ Kp)
+  const float* sum = nullptr;   ///< [M][chunks]
+  int64_t chunks = 0;
+};
+
+/// Dynamic-int8 activations (FORMATS B.6 step 1): int8 per slot, each 8 slots stored in the order
+/// 0,4,1,5,2,6,3,7 (matching how a 64-byte weight chunk splits into VNNI-4 low/high nibbles), the
+/// per-row scale sa, and per (row, a8 chunk) the sum of the int8 values.
+struct A8Activations {
+  const int8_t* q = nullptr;     ///< [rows_padded][stride]; rows ≥ M and padding are zero
+  int64_t stride = 0;            ///< bytes per row (≥ Kp + 64: a K=64 tile may overhang)
+  const float* scale = nullptr;  ///< [M] sa
+  const int32_t* sum = nullptr;  ///< [M][chunks]
+  int64_t chunks = 0;
+};
+
+/// Where results go: y[m][n] for n < N, in y's dtype (f32, f16 or bf16).
+struct OutputView {
+  char* data = nullptr;
+  int64_t stride = 0;  ///< elements per row
+  DLDataType dtype{};
+  int64_t N = 0;
+};
+
+struct A16Call {
+  static constexpr int kRowsPerPass = 4;  ///< AVX-512 streaming kernel's row block
+  const PackedLinear* w = nullptr;
+  A16Activations x;
+  OutputView y;
+  int64_t M = 0;
+};
+
+struct A8Call {
+  static constexpr int kRowsPerPass = 4;
+  const PackedLinear* w = nullptr;
+  A8Activations x;
+  OutputView y;
+  int64_t M = 0;
+};
+
+/// Position of slot r (0..7) inside an 8-slot block of the A8 activation buffer.
+constexpr int a8_position(int r) { return (r % 4) * 2 + r / 4; }
+
+/// The value a 4-bit plane's unpacked bf16 word stands for is 128 + nibble; an 8-bit weight is
+/// 16 × high + low, so its two planes add up to 16·(128+hi) + (128+lo) = 2176 + q.
+constexpr float a16_weight_offset(int planes) { return planes == 1 ? 128.f : 2176.f; }
+
+using A16Fn = void (*)(const A16Call&, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+using A8Fn = void (*)(const A8Call&, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+
+// One per ISA file. The AMX ones need rows padded to 16 in the activation buffers.
+void a16_portable(const A16Call&, int64_t, int64_t, int64_t, int64_t);
+void a8_portable(const A8Call&, int64_t, int64_t, int64_t, int64_t);
+void a16_avx2(const A16Call&, int64_t, int64_t, int64_t, int64_t);
+void a8_avx2(const A8Call&, int64_t, int64_t, int64_t, int64_t);
+void a16_avx512(const A16Call&, int64_t, int64_t, int64_t, int64_t);
+void a8_avx512(const A8Call&, int64_t, int64_t, int64_t, int64_t);
+void a16_amx(const A16Call&, int64_t, int64_t, int64_t, int64_t);
+void a8_amx(const A8Call&, int64_t, int64_t, int64_t, int64_t);
+
+/// Scale and zero point of column c of a panel's group (portable decode of the scale words).
+inline void scale_and_zero(const PackedLinear& w, int64_t panel, int64_t group, int c, float* scale,
+                           int* zero) {
+  uint32_t word = w.scales_of(panel, group)[c];
+  if (w.zero_in_scale) {
+    *zero = int(word & 0xFFu);
+    word &= ~0xFFu;
+  } else {
+    *zero = w.zeros_of(panel, group)[c];
+  }
+  float s;
+  std::memcpy(&s, &word, sizeof s);
+  *scale = s;
+}
+
+/// Store `count` fp32 results of row m starting at column n0 (columns ≥ N are dropped).
+inline void store_portable_n(const OutputView& y, int64_t m, int64_t n0, const float* v,
+                             int count) {
+  const int64_t n_end = std::min<int64_t>(n0 + count, y.N);
+  for (int64_t n = n0; n < n_end; ++n)
+    sdk::store_float(y.data, y.dtype, size_t(m) * size_t(y.stride) + size_t(n), v[n - n0]);
+}
+inline void store_portable(const OutputView& y, int64_t m, int64_t n0, const float* v) {
+  store_portable_n(y, m, n0, v, kPanel);
+}
+
+/// The unpacked values (0..15, or 0..255 for 8-bit) of one (panel, k-tile): vals[column][slot].
+inline void unpack_tile_portable(const PackedLinear& w, int64_t panel, int64_t ktile,
+                                 uint8_t vals[kPanel][kTileK]) {
+  const uint8_t* t = w.tile(panel, ktile);
+  for (int c = 0; c < kPanel; ++c)
+    for (int j = 0; j < kTileK; ++j) vals[c][j] = 0;
+  for (int plane = 0; plane < w.planes; ++plane)
+    for (int sub = 0; sub < 4; ++sub)
+      for (int word = 0; word < 32; ++word) {
+        const uint8_t* b = t + plane * kTileBytes + sub * 64 + 2 * word;
+        const unsigned v = unsigned(b[0]) | (unsigned(b[1]) << 8);
+        for (int s = 0; s < 4; ++s)
+          vals[word / 2][8 * sub + 2 * s + word % 2] |=
+              uint8_t(((v >> (4 * s)) & 0xF) << (4 * plane));
+      }
+}
+
+}  // namespace nibble::cpu_amx

@@ -1,0 +1,305 @@
+// AMX tile micro-kernels for large M. Each thread takes a slice of panel pairs (32 columns) and
+// row blocks of 32: per chunk it unpacks the pair's weights once into an L1/L2 buffer laid out as
+// B tiles, then runs every 32-row block of its slice through 2×2 tiles (C 16×16 fp32/int32).
+//  - W4A16: B rows are bf16 (128 + q) from one ternary-logic op per 16 values, TDPBF16PS, and a
+//    per-group fp32 epilogue: out += s · (C − (128 + z)·Σx).
+//  - W4A8: A holds the signed int8 activations. 4-bit B rows are q − z (signed, −16..15) and
+//    TDPBSSD gives the exact Σ qa·(q − z); 8-bit B rows are q (unsigned) and TDPBSUD gives Σ qa·q,
+//    corrected by z·Σqa. Then FORMATS B.6's epilogue in its order. Built with -ffp-contract=off.
+// The tile configuration is loaded with inline `ldtilecfg` whose operand is the whole 64-byte
+// struct: GCC 12's _tile_loadconfig() declares only 8 bytes read and lets the stores die.
+#include "avx512_common.hpp"
+
+#include <vector>
+
+namespace nibble::cpu_amx {
+namespace {
+
+using namespace avx512;
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Tiles 0-3: C (2 row blocks × 2 panels); 4-5: A (two row blocks); 6-7: B (two panels), all
+// 64 bytes wide. A and C have `rows` rows (fewer than 16 when M is small: a tile product costs in
+// proportion to its rows), B always 16.
+class TileScope {
+ public:
+  explicit TileScope(int rows) {
+    TileConfig cfg;
+    for (int i = 0; i < 8; ++i) {
+      cfg.rows[i] = uint8_t(i >= 6 ? 16 : rows);
+      cfg.colsb[i] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+  }
+  ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+constexpr int kBTile = 1024;  // bytes of one B tile
+
+// bf16 B tiles of one plane of one (panel, k-tile): 16 k-pair rows × 16 columns.
+void unpack_bf16_tile(const uint8_t* src, uint8_t* dst) {
+  for (int u = 0; u < 4; ++u) {
+    __m512i n0, n1, n2, n3;
+    nibbles_bf16_all(_mm512_loadu_si512(src + u * 64), &n0, &n1, &n2, &n3);
+    _mm512_store_si512(dst + (4 * u + 0) * 64, n0);
+    _mm512_store_si512(dst + (4 * u + 1) * 64, n1);
+    _mm512_store_si512(dst + (4 * u + 2) * 64, n2);
+    _mm512_store_si512(dst + (4 * u + 3) * 64, n3);
+  }
+}
+
+// Half an int8 B tile (8 VNNI-4 rows, 32 slots) of one (panel, k-tile), planes merged to bytes.
+void unpack_u8_half(const uint8_t* src, int planes, uint8_t* dst) {
+  for (int u = 0; u < 4; ++u) {
+    __m512i lo, hi;
+    if (planes == 1)
+      nibbles_u8(_mm512_loadu_si512(src + u * 64), &lo, &hi);
+    else
+      bytes_u8(_mm512_loadu_si512(src + u * 64), _mm512_loadu_si512(src + kTileBytes + u * 64), &lo,
+               &hi);
+    _mm512_store_si512(dst + (2 * u) * 64, lo);
+    _mm512_store_si512(dst + (2 * u + 1) * 64, hi);
+  }
+}
+
+// The same for a 4-bit plane as signed q − z (−16..15): the zero point leaves the epilogue.
+// zpat holds each column's zero point in all 4 bytes of its dword.
+void unpack_s8_half(const uint8_t* src, __m512i zpat, uint8_t* dst) {
+  for (int u = 0; u < 4; ++u) {
+    __m512i lo, hi;
+    nibbles_u8(_mm512_loadu_si512(src + u * 64), &lo, &hi);
+    _mm512_store_si512(dst + (2 * u) * 64, _mm512_sub_epi8(lo, zpat));
+    _mm512_store_si512(dst + (2 * u + 1) * 64, _mm512_sub_epi8(hi, zpat));
+  }
+}
+
+template <class T>
+T* aligned_scratch(std::vector<uint8_t>& v, size_t bytes) {
+  v.resize(bytes + 64);
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
+}
+
+// Run the 2×2 (or 2×1) tile product of one row block over `steps` B tiles per panel; C stored to
+// c[32][32] (row stride 128 bytes). The tile intrinsics need literal tile numbers, hence the
+// macro over the instruction.
+#define NIBBLE_TILE_BLOCK(NAME, DP)                                                     \
+  template <int NP, int MB>                                                             \
+  void NAME(const uint8_t* a, int64_t a_stride, const uint8_t* b, int steps, void* c) { \
+    _tile_zero(0);                                                                      \
+    _tile_zero(1);                                                                      \
+    if constexpr (MB == 2) {                                                            \
+      _tile_zero(2);                                                                    \
+      _tile_zero(3);                                                                    \
+    }                                                                                   \
+    for (int i = 0; i < steps; ++i) {                                                   \
+      _tile_loadd(4, a + i * 64, a_stride);                                             \
+      if constexpr (MB == 2) _tile_loadd(5, a + i * 64 + 16 * a_stride, a_stride);      \
+      _tile_loadd(6, b + size_t(i * NP) * kBTile, 64);                                  \
+      DP(0, 4, 6);                                                                      \
+      if constexpr (MB == 2) DP(2, 5, 6);                                               \
+      if constexpr (NP == 2) {                                                          \
+        _tile_loadd(7, b + size_t(i * NP + 1) * kBTile, 64);                            \
+        DP(1, 4, 7);                                                                    \
+        if constexpr (MB == 2) DP(3, 5, 7);                                             \
+      }                                                                                 \
+    }                                                                                   \
+    char* cc = static_cast<char*>(c);                                                   \
+    _tile_stored(0, cc, 128);                                                           \
+    if constexpr (MB == 2) _tile_stored(2, cc + 16 * 128, 128);                         \
+    if constexpr (NP == 2) {                                                            \
+      _tile_stored(1, cc + 64, 128);                                                    \
+      if constexpr (MB == 2) _tile_stored(3, cc + 16 * 128 + 64, 128);                  \
+    }                                                                                   \
+  }
+NIBBLE_TILE_BLOCK(tile_block_bf16, _tile_dpbf16ps)
+NIBBLE_TILE_BLOCK(tile_block_int8, _tile_dpbsud)
+NIBBLE_TILE_BLOCK(tile_block_int8_signed, _tile_dpbssd)
+#undef NIBBLE_TILE_BLOCK
+
+template <int NP, int MB>
+void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<uint8_t>& bmem,
+              std::vector<uint8_t>& omem) {
+  const PackedLinear& w = *call.w;
+  const int PL = w.planes;
+  const int64_t rows = m1 - m0;
+  constexpr int64_t kBlockRows = 16 * MB;
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  float* out = aligned_scratch<float>(omem, size_t(blocks * kBlockRows) * 32 * 4);
+  for (int64_t r = 0; r < blocks * kBlockRows; ++r)
+    for (int j = 0; j < NP; ++j) _mm512_store_ps(out + r * 32 + 16 * j, load_bias(w, p + j));
+  // C staging, [block parity][plane]: block b's tile products are issued before block b−1's
+  // epilogue, so the vector work overlaps the tile unit's instead of waiting for it.
+  alignas(64) float cbuf[2][2][32 * 32];
+  const float offset = a16_weight_offset(PL);
+  const int64_t a_stride = call.x.stride * 2;
+  for (size_t ci = 0; ci < w.a16_chunks.size(); ++ci) {
+    const Chunk& ch = w.a16_chunks[ci];
+    // B tiles for the chunk: [plane][tile][panel][1 KB].
+    const size_t plane_bytes = size_t(ch.ntiles) * NP * kBTile;
+    uint8_t* b = aligned_scratch<uint8_t>(bmem, plane_bytes * PL);
+    for (int l = 0; l < PL; ++l)
+      for (int32_t t = 0; t < ch.ntiles; ++t)
+        for (int j = 0; j < NP; ++j)
+          unpack_bf16_tile(w.tile(p + j, ch.tile0 + t) + l * kTileBytes,
+                           b + l * plane_bytes + size_t(t * NP + j) * kBTile);
+    __m512 s[NP], zt[NP];
+    for (int j = 0; j < NP; ++j) {
+      s[j] = load_scale(w, p + j, ch.group);
+      zt[j] = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, ch.group)),
+                            _mm512_set1_ps(offset));
+    }
+    auto epilogue = [&](int64_t blk) {
+      const int64_t mb = m0 + blk * kBlockRows;
+      const float* c0 = cbuf[blk & 1][0];
+      const float* c1 = cbuf[blk & 1][1];
+      const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
+      for (int64_t r = 0; r < live; ++r) {
+        const __m512 xs = _mm512_set1_ps(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
+        float* o = out + (blk * kBlockRows + r) * 32;
+        for (int j = 0; j < NP; ++j) {
+          __m512 c = _mm512_load_ps(c0 + r * 32 + 16 * j);
+          if (PL == 2)
+            c = _mm512_fmadd_ps(_mm512_load_ps(c1 + r * 32 + 16 * j), _mm512_set1_ps(16.f), c);
+          const __m512 v =
+              _mm512_fmadd_ps(s[j], _mm512_fnmadd_ps(zt[j], xs, c), _mm512_load_ps(o + 16 * j));
+          _mm512_store_ps(o + 16 * j, v);
+        }
+      }
+    };
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t mb = m0 + blk * kBlockRows;
+      const uint8_t* a = reinterpret_cast<const uint8_t*>(
+          call.x.x + size_t(mb) * size_t(call.x.stride) + size_t(ch.tile0) * kTileK);
+      for (int l = 0; l < PL; ++l)
+        tile_block_bf16<NP, MB>(a, a_stride, b + l * plane_bytes, ch.ntiles, cbuf[blk & 1][l]);
+      if (blk > 0) epilogue(blk - 1);
+    }
+    if (blocks > 0) epilogue(blocks - 1);
+  }
+  for (int64_t m = m0; m < std::min(m1, call.M); ++m)
+    for (int j = 0; j < NP; ++j)
+      store16(call.y, m, (p + j) * kPanel, _mm512_load_ps(out + (m - m0) * 32 + 16 * j));
+}
+
+template <int NP, int MB>
+void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<uint8_t>& bmem,
+             std::vector<uint8_t>& omem) {
+  const PackedLinear& w = *call.w;
+  const int64_t rows = m1 - m0;
+  constexpr int64_t kBlockRows = 16 * MB;
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  float* out = aligned_scratch<float>(omem, size_t(blocks * kBlockRows) * 32 * 4);
+  for (int64_t r = 0; r < blocks * kBlockRows; ++r)
+    for (int j = 0; j < NP; ++j) _mm512_store_ps(out + r * 32 + 16 * j, load_bias(w, p + j));
+  // C staging per block parity: block b's tile products are issued before block b−1's epilogue.
+  alignas(64) int32_t cbuf[2][32 * 32];
+  const int64_t a_stride = call.x.stride;
+  for (size_t ci = 0; ci < w.a8_chunks.size(); ++ci) {
+    const Chunk& ch = w.a8_chunks[ci];
+    // B tiles hold two k-tiles (K = 64); an odd last k-tile leaves its second half zero, so the
+    // A tile's overhang into the next chunk multiplies zeros.
+    const int steps = (ch.ntiles + 1) / 2;
+    uint8_t* b = aligned_scratch<uint8_t>(bmem, size_t(steps * NP) * kBTile);
+    std::memset(b, 0, size_t(steps * NP) * kBTile);
+    __m512 s[NP];
+    __m512i z[NP];
+    for (int j = 0; j < NP; ++j) {
+      s[j] = load_scale(w, p + j, ch.group);
+      z[j] = load_zero_i32(w, p + j, ch.group);
+    }
+    // 4-bit: B = q − z (signed), TDPBSSD, no correction. 8-bit: B = q (unsigned), TDPBSUD, and
+    // z·Σqa subtracted in the epilogue.
+    const bool is_signed = w.planes == 1;
+    for (int32_t t = 0; t < ch.ntiles; ++t)
+      for (int j = 0; j < NP; ++j) {
+        uint8_t* dst = b + size_t((t / 2) * NP + j) * kBTile + (t % 2) * 512;
+        if (is_signed)
+          unpack_s8_half(w.tile(p + j, ch.tile0 + t),
+                         _mm512_mullo_epi32(z[j], _mm512_set1_epi32(0x01010101)), dst);
+        else
+          unpack_u8_half(w.tile(p + j, ch.tile0 + t), w.planes, dst);
+      }
+    auto epilogue = [&](int64_t blk) {
+      const int64_t mb = m0 + blk * kBlockRows;
+      const int32_t* c = cbuf[blk & 1];
+      const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
+      for (int64_t r = 0; r < live; ++r) {
+        const __m512i qs =
+            _mm512_set1_epi32(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
+        const __m512 sa = _mm512_set1_ps(call.x.scale[mb + r]);
+        float* o = out + (blk * kBlockRows + r) * 32;
+        for (int j = 0; j < NP; ++j) {
+          __m512i exact = _mm512_load_si512(c + r * 32 + 16 * j);
+          if (!is_signed) exact = _mm512_sub_epi32(exact, _mm512_mullo_epi32(z[j], qs));
+          const __m512 t1 = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), sa);
+          const __m512 t2 = _mm512_mul_ps(t1, s[j]);
+          _mm512_store_ps(o + 16 * j, _mm512_add_ps(_mm512_load_ps(o + 16 * j), t2));
+        }
+      }
+    };
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t mb = m0 + blk * kBlockRows;
+      const uint8_t* a = reinterpret_cast<const uint8_t*>(call.x.q + size_t(mb) * size_t(a_stride) +
+                                                          size_t(ch.tile0) * kTileK);
+      if (is_signed)
+        tile_block_int8_signed<NP, MB>(a, a_stride, b, steps, cbuf[blk & 1]);
+      else
+        tile_block_int8<NP, MB>(a, a_stride, b, steps, cbuf[blk & 1]);
+      if (blk > 0) epilogue(blk - 1);
+    }
+    if (blocks > 0) epilogue(blocks - 1);
+  }
+  for (int64_t m = m0; m < std::min(m1, call.M); ++m)
+    for (int j = 0; j < NP; ++j)
+      store16(call.y, m, (p + j) * kPanel, _mm512_load_ps(out + (m - m0) * 32 + 16 * j));
+}
+
+// Rows [m0, m1) in superblocks whose activations (row_bytes each) fit in about half of L2, so
+// every panel pair of the slice reads them from L2, not L3; each pair's weights are unpacked
+// once per superblock. Within a superblock, blocks of 32 rows (two A tiles), or one block of up
+// to 16 with tiles of that many rows when the slice is that small.
+template <class Call, class Pair2x2, class Pair2x1, class Pair1x2, class Pair1x1>
+void walk_pairs(const Call& call, int64_t row_bytes, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
+                Pair2x2 p22, Pair2x1 p21, Pair1x2 p12, Pair1x1 p11) {
+  const int64_t rows = m1 - m0;
+  const bool one_tile = rows <= 16;
+  TileScope tiles(one_tile ? int(rows) : 16);
+  std::vector<uint8_t> bmem, omem;
+  constexpr int64_t kActivationBudget = int64_t(1) << 20;
+  const int64_t super =
+      std::max<int64_t>(32, kActivationBudget / std::max<int64_t>(1, row_bytes) / 32 * 32);
+  for (int64_t ms = m0; ms < m1; ms += super) {
+    const int64_t me = std::min(m1, ms + super);
+    for (int64_t p = p0; p < p1; p += 2) {
+      const bool two = p + 1 < p1;
+      if (one_tile)
+        two ? p12(call, ms, me, p, bmem, omem) : p11(call, ms, me, p, bmem, omem);
+      else
+        two ? p22(call, ms, me, p, bmem, omem) : p21(call, ms, me, p, bmem, omem);
+    }
+  }
+}
+
+}  // namespace
+
+void a16_amx(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  walk_pairs(call, call.x.stride * 2, m0, m1, p0, p1, a16_pair<2, 2>, a16_pair<1, 2>,
+             a16_pair<2, 1>, a16_pair<1, 1>);
+}
+
+void a8_amx(const A8Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  walk_pairs(call, call.x.stride, m0, m1, p0, p1, a8_pair<2, 2>, a8_pair<1, 2>, a8_pair<2, 1>,
+             a8_pair<1, 1>);
+}
+
+}  // namespace nibble::cpu_amx

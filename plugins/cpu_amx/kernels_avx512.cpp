@@ -1,0 +1,207 @@
+// AVX-512 streaming micro-kernels (BF16 + VNNI). They read every packed weight byte once per pass
+// over up to MR rows, from NP panels at once (NP independent memory streams per thread), and
+// unpack in registers: W4A16 turns nibbles into bf16 (128 + q) with one ternary-logic op and feeds
+// VDPBF16PS; W4A8 splits nibbles into VNNI-4 bytes and feeds VPDPBUSD (weights unsigned,
+// activations signed, so the integer sums are exact). Small M everywhere, all M without AMX.
+// Built with -ffp-contract=off: the W4A8 epilogue multiplies and adds in FORMATS B.6's order.
+#include "avx512_common.hpp"
+
+#include <stdexcept>
+
+namespace nibble::cpu_amx {
+namespace {
+
+using namespace avx512;
+
+// How far ahead of its reads each weight stream prefetches into L1. Measured on the AMX host
+// (4096×14336, M = 1 and 4, alternating builds): 4 KB beat 2 KB by 5–10 %, 8 KB into L2 and no
+// prefetch by 10–15 % (docs/cpu_amx.md).
+constexpr int kPrefetch = 4096;
+
+// W4A16 streaming: per 64 bytes of a panel, three shifts and four ternary-logic ops give four bf16
+// rows (128 + q) for VDPBF16PS.
+template <int MR, int NP, int PL>
+void a16_block(const A16Call& call, int64_t m0, int64_t p0) {
+  const PackedLinear& w = *call.w;
+  const size_t panel_bytes = size_t(w.ktiles * w.planes) * kTileBytes;
+  const uint8_t* base = w.tile(p0, 0);
+  const uint16_t* x[MR];
+  for (int m = 0; m < MR; ++m) x[m] = call.x.x + size_t(m0 + m) * size_t(call.x.stride);
+  __m512 out[MR][NP];
+  for (int j = 0; j < NP; ++j) {
+    __m512 b = load_bias(w, p0 + j);
+    for (int m = 0; m < MR; ++m) out[m][j] = b;
+  }
+  const float offset = a16_weight_offset(PL);
+  for (size_t ci = 0; ci < w.a16_chunks.size(); ++ci) {
+    const Chunk& ch = w.a16_chunks[ci];
+    __m512 acc[MR][NP][PL];
+    for (int m = 0; m < MR; ++m)
+      for (int j = 0; j < NP; ++j)
+        for (int l = 0; l < PL; ++l) acc[m][j][l] = _mm512_setzero_ps();
+    for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
+      const uint8_t* tp = base + size_t(t) * PL * kTileBytes;
+      // Each panel is its own stream; ask for the line kPrefetch bytes ahead in every one.
+      for (int j = 0; j < NP; ++j)
+        for (int l = 0; l < PL * kTileBytes; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(tp + j * panel_bytes + kPrefetch + l),
+                       _MM_HINT_T0);
+      for (int u = 0; u < 4; ++u) {
+        __m512i v[NP][PL][4];
+        for (int j = 0; j < NP; ++j)
+          for (int l = 0; l < PL; ++l)
+            nibbles_bf16_all(_mm512_loadu_si512(tp + j * panel_bytes + l * kTileBytes + u * 64),
+                             &v[j][l][0], &v[j][l][1], &v[j][l][2], &v[j][l][3]);
+        const int k = t * kTileK + 8 * u;
+        for (int m = 0; m < MR; ++m)
+          for (int s = 0; s < 4; ++s) {
+            const __m512bh xb = (__m512bh)bcast32(x[m] + k + 2 * s);
+            for (int j = 0; j < NP; ++j)
+              for (int l = 0; l < PL; ++l)
+                acc[m][j][l] = _mm512_dpbf16_ps(acc[m][j][l], xb, (__m512bh)v[j][l][s]);
+          }
+      }
+    }
+    for (int j = 0; j < NP; ++j) {
+      const __m512 s = load_scale(w, p0 + j, ch.group);
+      const __m512 zt = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p0 + j, ch.group)),
+                                      _mm512_set1_ps(offset));
+      for (int m = 0; m < MR; ++m) {
+        __m512 a = acc[m][j][0];
+        if constexpr (PL == 2) a = _mm512_fmadd_ps(acc[m][j][1], _mm512_set1_ps(16.f), a);
+        const __m512 xs = _mm512_set1_ps(call.x.sum[size_t(m0 + m) * size_t(call.x.chunks) + ci]);
+        out[m][j] = _mm512_fmadd_ps(s, _mm512_fnmadd_ps(zt, xs, a), out[m][j]);
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NP; ++j) store16(call.y, m0 + m, (p0 + j) * kPanel, out[m][j]);
+}
+
+template <int MR, int NP, int PL>
+void a8_block(const A8Call& call, int64_t m0, int64_t p0) {
+  const PackedLinear& w = *call.w;
+  const size_t panel_bytes = size_t(w.ktiles * w.planes) * kTileBytes;
+  const uint8_t* base = w.tile(p0, 0);
+  const int8_t* x[MR];
+  for (int m = 0; m < MR; ++m) x[m] = call.x.q + size_t(m0 + m) * size_t(call.x.stride);
+  __m512 out[MR][NP];
+  for (int j = 0; j < NP; ++j) {
+    __m512 b = load_bias(w, p0 + j);
+    for (int m = 0; m < MR; ++m) out[m][j] = b;
+  }
+  for (size_t ci = 0; ci < w.a8_chunks.size(); ++ci) {
+    const Chunk& ch = w.a8_chunks[ci];
+    __m512i acc[MR][NP];
+    for (int m = 0; m < MR; ++m)
+      for (int j = 0; j < NP; ++j) acc[m][j] = _mm512_setzero_si512();
+    for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
+      const uint8_t* tp = base + size_t(t) * PL * kTileBytes;
+      for (int j = 0; j < NP; ++j)
+        for (int l = 0; l < PL * kTileBytes; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(tp + j * panel_bytes + kPrefetch + l),
+                       _MM_HINT_T0);
+      for (int u = 0; u < 4; ++u) {
+        __m512i lo[NP], hi[NP];
+        for (int j = 0; j < NP; ++j) {
+          const uint8_t* c = tp + j * panel_bytes + u * 64;
+          if constexpr (PL == 1)
+            nibbles_u8(_mm512_loadu_si512(c), &lo[j], &hi[j]);
+          else
+            bytes_u8(_mm512_loadu_si512(c), _mm512_loadu_si512(c + kTileBytes), &lo[j], &hi[j]);
+        }
+        const int k = t * kTileK + 8 * u;
+        for (int m = 0; m < MR; ++m) {
+          const __m512i xl = bcast32(x[m] + k), xh = bcast32(x[m] + k + 4);
+          for (int j = 0; j < NP; ++j) {
+            acc[m][j] = _mm512_dpbusd_epi32(acc[m][j], lo[j], xl);
+            acc[m][j] = _mm512_dpbusd_epi32(acc[m][j], hi[j], xh);
+          }
+        }
+      }
+    }
+    for (int j = 0; j < NP; ++j) {
+      const __m512 s = load_scale(w, p0 + j, ch.group);
+      const __m512i z = load_zero_i32(w, p0 + j, ch.group);
+      for (int m = 0; m < MR; ++m) {
+        const __m512i qs =
+            _mm512_set1_epi32(call.x.sum[size_t(m0 + m) * size_t(call.x.chunks) + ci]);
+        const __m512i exact = _mm512_sub_epi32(acc[m][j], _mm512_mullo_epi32(z, qs));
+        const __m512 t1 =
+            _mm512_mul_ps(_mm512_cvtepi32_ps(exact), _mm512_set1_ps(call.x.scale[m0 + m]));
+        const __m512 t2 = _mm512_mul_ps(t1, s);
+        out[m][j] = _mm512_add_ps(out[m][j], t2);
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NP; ++j) store16(call.y, m0 + m, (p0 + j) * kPanel, out[m][j]);
+}
+
+// Run the instantiation for (rows, panels, planes); one per shape a pass can take.
+template <class Call, template <int, int, int> class Block, int MR, int NP, int PL>
+bool block_if(int mr, int np, int pl, const Call& c, int64_t m, int64_t p) {
+  if (mr != MR || np != NP || pl != PL) return false;
+  Block<MR, NP, PL>::run(c, m, p);
+  return true;
+}
+
+template <class Call, template <int, int, int> class Block>
+void run_block(int mr, int np, int pl, const Call& c, int64_t m, int64_t p) {
+  const bool done = block_if<Call, Block, 1, 4, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 1, 2, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 1, 1, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 2, 2, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 2, 1, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 3, 2, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 3, 1, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 4, 2, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 4, 1, 1>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 1, 4, 2>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 1, 2, 2>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 1, 1, 2>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 2, 2, 2>(mr, np, pl, c, m, p) ||
+                    block_if<Call, Block, 2, 1, 2>(mr, np, pl, c, m, p);
+  if (!done) throw std::logic_error("cpu_amx: no AVX-512 block for this shape");
+}
+
+// Walk rows [m0, m1) × panels [p0, p1): panel groups outermost so a group's weights (NP × K/2
+// bytes) stay in L2 while further row blocks reuse them.
+template <class Call, template <int, int, int> class Block>
+void walk(const Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const int PL = call.w->planes;
+  // Rows per pass that keep accumulators and unpacked weights within the 32 vector registers.
+  const int mr_max = PL == 2 ? 2 : Call::kRowsPerPass;
+  int64_t p = p0;
+  while (p < p1) {
+    const int64_t left_p = p1 - p;
+    const int np = left_p >= 4 && (m1 - m0) == 1 ? 4 : left_p >= 2 ? 2 : 1;
+    for (int64_t m = m0; m < m1;) {
+      const int mr = int(std::min<int64_t>(mr_max, m1 - m));
+      run_block<Call, Block>(mr, np, PL, call, m, p);
+      m += mr;
+    }
+    p += np;
+  }
+}
+
+template <int MR, int NP, int PL>
+struct A16Block {
+  static void run(const A16Call& c, int64_t m, int64_t p) { a16_block<MR, NP, PL>(c, m, p); }
+};
+template <int MR, int NP, int PL>
+struct A8Block {
+  static void run(const A8Call& c, int64_t m, int64_t p) { a8_block<MR, NP, PL>(c, m, p); }
+};
+
+}  // namespace
+
+void a16_avx512(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  walk<A16Call, A16Block>(call, m0, m1, p0, p1);
+}
+
+void a8_avx512(const A8Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  walk<A8Call, A8Block>(call, m0, m1, p0, p1);
+}
+
+}  // namespace nibble::cpu_amx

@@ -1,0 +1,269 @@
+// Dispatch and threading of the quantized linear kernels. Compiled without ISA flags: it only
+// picks, by the probe's ISA level (re-read at every prepare), which micro-kernel file runs, and
+// splits the work over a oneTBB arena of exec.num_threads threads (static partition; TBB's workers
+// sleep between calls, nothing spins).
+#include "linear_kernels.hpp"
+
+#include "activations.hpp"
+#include "kernel_api.hpp"
+#include "packed_weight.hpp"
+#include "probe.hpp"
+
+#include <nibble/sdk/weights.hpp>
+
+#include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace nibble::cpu_amx {
+namespace {
+
+enum class Mode { a16, a8 };
+
+// Rows up to this many run the streaming (GEMV-like) AVX-512 kernels even where AMX exists; above
+// it the tile kernels. Measured on a 2-core Xeon with AMX (docs/cpu_amx.md): VDPBF16PS streaming
+// wins only at M = 1 (its instruction rate, not memory, limits it from M = 2); VPDPBUSD streaming
+// wins up to M = 4. NIBBLE_CPU_AMX_SMALL_M (read at prepare) overrides it for benchmarks and tests.
+int64_t small_m_limit(Mode mode) {
+  if (const char* e = std::getenv("NIBBLE_CPU_AMX_SMALL_M"); e && *e) return std::atoll(e);
+  return mode == Mode::a16 ? 1 : 4;
+}
+
+struct Paths {
+  A16Fn a16_small, a16_large;
+  A8Fn a8_small, a8_large;
+  const char* name_small;
+  const char* name_large;
+};
+
+Paths paths_for(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::amx:
+      return {&a16_avx512, &a16_amx, &a8_avx512, &a8_amx, "avx512", "amx"};
+    case IsaLevel::avx512:
+      return {&a16_avx512, &a16_avx512, &a8_avx512, &a8_avx512, "avx512", "avx512"};
+    case IsaLevel::avx2:
+      return {&a16_avx2, &a16_avx2, &a8_avx2, &a8_avx2, "avx2", "avx2"};
+    default:
+      return {&a16_portable, &a16_portable, &a8_portable, &a8_portable, "portable", "portable"};
+  }
+}
+
+// A static 2-D split of rows × panels into at most `threads` pieces: panels first (each thread
+// keeps its weight slice), rows too when there are fewer panel pairs than threads.
+struct Split {
+  int64_t m_parts = 1, n_parts = 1;
+};
+Split split_work(int64_t M, int64_t panels, int threads, int64_t row_align) {
+  Split s;
+  const int64_t pairs = (panels + 1) / 2;
+  s.n_parts = std::max<int64_t>(1, std::min<int64_t>(threads, pairs));
+  const int64_t row_blocks = (M + row_align - 1) / row_align;
+  s.m_parts = std::max<int64_t>(1, std::min<int64_t>(threads / s.n_parts, row_blocks));
+  return s;
+}
+
+template <class Fn>
+void run_split(tbb::task_arena& arena, int64_t M, int64_t panels, int threads, int64_t row_align,
+               Fn&& fn) {
+  const Split s = split_work(M, panels, threads, row_align);
+  const int64_t row_blocks = (M + row_align - 1) / row_align;
+  const int64_t units = s.m_parts * s.n_parts;
+  auto body = [&](int64_t u) {
+    const int64_t mi = u / s.n_parts, ni = u % s.n_parts;
+    // Panels in pairs so a thread's slice starts on an even panel (two streams per pass).
+    const int64_t pairs = (panels + 1) / 2;
+    const int64_t pa = pairs * ni / s.n_parts, pb = pairs * (ni + 1) / s.n_parts;
+    const int64_t p0 = std::min(panels, 2 * pa), p1 = std::min(panels, 2 * pb);
+    const int64_t b0 = row_blocks * mi / s.m_parts, b1 = row_blocks * (mi + 1) / s.m_parts;
+    const int64_t m0 = std::min(M, b0 * row_align), m1 = std::min(M, b1 * row_align);
+    if (p0 < p1 && m0 < m1) fn(m0, m1, p0, p1);
+  };
+  if (units == 1) {
+    body(0);
+    return;
+  }
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, units, 1),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          for (int64_t u = r.begin(); u < r.end(); ++u) body(u);
+        },
+        tbb::static_partitioner());
+  });
+}
+
+// Fill activations for rows [0, Mp) split over the threads.
+template <class Fill>
+void run_rows(tbb::task_arena& arena, int64_t rows, int threads, Fill&& fill) {
+  if (threads <= 1 || rows < 4) {
+    fill(int64_t(0), rows);
+    return;
+  }
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, rows, std::max<int64_t>(1, rows / threads)),
+        [&](const tbb::blocked_range<int64_t>& r) { fill(r.begin(), r.end()); },
+        tbb::static_partitioner());
+  });
+}
+
+// One arena per thread count for the whole process, created on first use: building an arena per
+// call costs tens of microseconds, a tenth of a decode GEMV. Arenas are safe to execute from
+// several threads at once; their workers sleep when idle. The registry is never destroyed (the
+// host may call shutdown after this library's static destructors would have run).
+struct Arenas {
+  std::mutex mutex;
+  std::map<int, std::unique_ptr<tbb::task_arena>> by_threads;
+};
+Arenas& arenas() {
+  static Arenas* a = new Arenas;
+  return *a;
+}
+
+}  // namespace
+
+tbb::task_arena& arena_for(int threads) {
+  Arenas& a = arenas();
+  std::lock_guard<std::mutex> lock(a.mutex);
+  auto& arena = a.by_threads[threads];
+  if (!arena) arena = std::make_unique<tbb::task_arena>(threads);
+  return *arena;
+}
+
+namespace {
+
+class LinearPrepared final : public sdk::Prepared {
+ public:
+  LinearPrepared(Mode mode, std::unique_ptr<PackedLinear> w, IsaLevel level)
+      : mode_(mode),
+        w_(std::move(w)),
+        level_(level),
+        paths_(paths_for(level)),
+        small_m_(small_m_limit(mode)) {}
+
+  size_t bytes() const override { return w_->bytes(); }
+
+  size_t workspace_bytes(int64_t M) const override {
+    return mode_ == Mode::a16 ? a16_workspace_bytes(*w_, M) : a8_workspace_bytes(*w_, M);
+  }
+
+  void forward(const sdk::ForwardArgs& args, const sdk::Exec& exec) const override {
+    const int threads = std::max(1, exec.num_threads);
+    tbb::task_arena& arena = arena_for(threads);
+    const int64_t M = args.M;
+    const int64_t rows = padded_rows(M);
+    OutputView y{args.y.data, args.y.stride, args.y.dtype, w_->N};
+    const bool large = level_ == IsaLevel::amx && M > small_m_;
+    const int64_t row_align = large ? kRowPad : 4;
+    if (mode_ == Mode::a16) {
+      A16Call call{w_.get(), a16_view(*w_, M, exec.workspace), y, M};
+      run_rows(arena, rows, threads,
+               [&](int64_t a, int64_t b) { a16_fill(args.x, *w_, call.x, a, b); });
+      A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
+      run_split(arena, M, w_->panels, threads, row_align,
+                [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { fn(call, m0, m1, p0, p1); });
+    } else {
+      A8Call call{w_.get(), a8_view(*w_, M, exec.workspace), y, M};
+      run_rows(arena, rows, threads,
+               [&](int64_t a, int64_t b) { a8_fill(args.x, *w_, call.x, a, b); });
+      A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
+      run_split(arena, M, w_->panels, threads, row_align,
+                [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { fn(call, m0, m1, p0, p1); });
+    }
+  }
+
+ private:
+  Mode mode_;
+  std::unique_ptr<PackedLinear> w_;
+  IsaLevel level_;
+  Paths paths_;
+  int64_t small_m_;
+};
+
+class LinearKernel final : public sdk::Kernel {
+ public:
+  explicit LinearKernel(Mode mode) : mode_(mode) {}
+
+  sdk::KernelInfo info() const override {
+    sdk::KernelInfo i;
+    i.op = NIBBLE_OP_LINEAR;
+    if (mode_ == Mode::a16) {
+      // Activations rounded to bf16 (f32/f16 inputs) and output rounding dominate; fp32 sums.
+      i.name = "linear_a16";
+      i.priority = 100;
+      i.mode = NIBBLE_MODE_WEIGHT_ONLY;
+      i.bound_f32 = 1e-2;
+      i.bound_f16 = 1e-2;
+      i.bound_bf16 = 1e-2;
+    } else {
+      // Per-token int8 activations: ~0.5/127 of the row's largest value per element.
+      i.name = "linear_a8";
+      i.priority = 90;
+      i.mode = NIBBLE_MODE_DYNAMIC_INT8;
+      i.bound_f32 = 3e-2;
+      i.bound_f16 = 3e-2;
+      i.bound_bf16 = 3e-2;
+    }
+    return i;
+  }
+
+  std::string why_not(const nibble_layer_desc& d) const override {
+    if (d.op != NIBBLE_OP_LINEAR) return "only quantized linear layers (op LINEAR)";
+    const int want = mode_ == Mode::a16 ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
+    if (d.numeric_mode != want)
+      return std::string("numeric mode ") + std::to_string(d.numeric_mode) +
+             " requested; this kernel is " +
+             (mode_ == Mode::a16 ? "weight-only (W4A16)" : "dynamic int8 (W4A8)");
+    const uint32_t ok = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+    if (d.act_dtypes & ~ok) return "activation dtypes other than f32, f16, bf16";
+    if (!sdk::is_float_dtype(d.weight_dtype))
+      return "scales dtype " + sdk::dtype_name(d.weight_dtype) + " (expected f16, bf16 or f32)";
+    return packing_limits(d);
+  }
+
+  std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
+                                         const nibble_weight_input& in) const override {
+    sdk::QuantWeight w(*in.quantized, d.name ? d.name : "linear");
+    sdk::require(w.K() == d.K && w.N() == d.N, "weight shape differs from the layer descriptor");
+    sdk::require(w.bits() == d.bits, "weight bits differ from the layer descriptor");
+    const IsaDecision isa = decide_isa();
+    auto packed = pack_linear(w, sdk::Host::thread_budget());
+    return std::make_unique<LinearPrepared>(mode_, std::move(packed), isa.level);
+  }
+
+ private:
+  Mode mode_;
+};
+
+}  // namespace
+
+void release_thread_arenas() {
+  {
+    Arenas& a = arenas();
+    std::lock_guard<std::mutex> lock(a.mutex);
+    a.by_threads.clear();
+  }
+  // Join oneTBB's workers, unless something else in the process still holds the scheduler.
+  tbb::task_scheduler_handle handle{tbb::attach{}};
+  if (!tbb::finalize(handle, std::nothrow))
+    sdk::Host::log(NIBBLE_LOG_DEBUG, "oneTBB workers stay: the scheduler is shared in-process");
+}
+
+std::unique_ptr<sdk::Kernel> make_linear_a16_kernel() {
+  return std::make_unique<LinearKernel>(Mode::a16);
+}
+std::unique_ptr<sdk::Kernel> make_linear_a8_kernel() {
+  return std::make_unique<LinearKernel>(Mode::a8);
+}
+
+}  // namespace nibble::cpu_amx

@@ -1,0 +1,24 @@
+// The quantized linear kernels cpu_amx offers: linear_a16 (W4A16/W8A16, weight-only, the default)
+// and linear_a8 (W4A8/W8A8 with per-token dynamic int8 activations, FORMATS B.6 numerics).
+#pragma once
+
+#include <nibble/sdk/plugin.hpp>
+
+#include <memory>
+
+#include <tbb/task_arena.h>
+
+namespace nibble::cpu_amx {
+
+std::unique_ptr<sdk::Kernel> make_linear_a16_kernel();
+std::unique_ptr<sdk::Kernel> make_linear_a8_kernel();
+std::unique_ptr<sdk::Kernel> make_dense_onednn_kernel();
+
+/// The process-wide oneTBB arena of `threads` threads (created on first use).
+tbb::task_arena& arena_for(int threads);
+
+/// Release the oneTBB arenas the linear kernels keep and join oneTBB's workers (the backend's
+/// shutdown; no call may be in flight).
+void release_thread_arenas();
+
+}  // namespace nibble::cpu_amx
