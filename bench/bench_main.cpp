@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "report.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,17 +45,22 @@ struct Options {
   std::string baseline = "npu_ref";  ///< a second backend timed in the same rounds ("none": off)
   int64_t baseline_max_m = 64;       ///< reference backends are slow at large M
   std::string json;
+  std::string report;  ///< directory for JSON, CSV and SVG charts
+  std::string from;    ///< draw the report from this earlier --json file instead of running
 };
 
 const char* kUsage =
     "usage: nibble bench [--plugin-dir DIR] [--backend NAME] [--shapes KxN,...] [--m 1,4,...]\n"
     "         [--modes w4a16,w4a8] [--bits 4|8] [--group G] [--threads T] [--rounds R]\n"
     "         [--min-seconds S] [--cold-mib MIB] [--no-onednn] [--no-warm] [--json FILE]\n"
-    "         [--baseline NAME|none] [--baseline-max-m M]\n"
+    "         [--baseline NAME|none] [--baseline-max-m M] [--report DIR [--from FILE.json]]\n"
     "Times the backend's quantized linear kernels against the machine's measured read\n"
     "bandwidth and AMX peaks and against oneDNN's bf16 matmul, interleaved, with cold weights\n"
     "(copies totalling at least twice the L3 cache unless --cold-mib says otherwise). A second\n"
-    "backend (npu_ref by default) is timed in the same rounds for M up to --baseline-max-m (64).\n";
+    "backend (npu_ref by default) is timed in the same rounds for M up to --baseline-max-m (64).\n"
+    "--report DIR writes results.json, results.csv, roofline.svg and speedup.svg; with --from it\n"
+    "draws them from an earlier --json file without running anything.\n"
+    "example: nibble bench --shapes 4096x4096 --m 1,16,256 --report bench-report\n";
 
 std::vector<std::string> split(const std::string& s, char c) {
   std::vector<std::string> out;
@@ -119,6 +126,10 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
         o.warm = false;
       else if (a == "--json")
         o.json = value();
+      else if (a == "--report")
+        o.report = value();
+      else if (a == "--from")
+        o.from = value();
       else if (a == "--baseline")
         o.baseline = value();
       else if (a == "--baseline-max-m")
@@ -374,6 +385,11 @@ int run(const Options& o) {
       return 1;
     }
   }
+  if (!o.report.empty()) {
+    write_report(out, o.report);
+    std::printf("report written to %s (results.json, results.csv, roofline.svg, speedup.svg)\n",
+                o.report.c_str());
+  }
   return 0;
 }
 
@@ -409,6 +425,22 @@ int nibble_cmd_bench(int argc, char** argv) {
     return err.rfind("usage", 0) == 0 ? 0 : 2;
   }
   if (o.plugin_dir.empty()) o.plugin_dir = nibble::bench::default_plugin_dir();
+  if (!o.from.empty()) {
+    if (o.report.empty()) {
+      std::fprintf(stderr, "nibble bench: --from needs --report DIR\n");
+      return 2;
+    }
+    try {
+      std::ifstream f(o.from);
+      if (!f) throw std::runtime_error("cannot read " + o.from);
+      nibble::bench::write_report(nlohmann::json::parse(f), o.report);
+      std::printf("report written to %s\n", o.report.c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble bench: %s: %s\n", o.from.c_str(), e.what());
+      return 1;
+    }
+  }
   try {
     return nibble::bench::run(o);
   } catch (const std::exception& e) {
