@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <filesystem>
+
+#include <unistd.h>
 #include <random>
 #include <thread>
 
@@ -19,7 +21,10 @@ namespace {
 
 const fs::path& checkpoint() {
   static fs::path dir = [] {
-    fs::path d = fs::path(NIBBLE_BUILD_DIR) / "tests" / "concurrency_ckpt";
+    fs::path d = fs::path(NIBBLE_BUILD_DIR) / "tests" /
+                 // ctest runs each test case in its own process, several at once: one
+                 // directory per process, so none reads a checkpoint another is writing.
+                 ("concurrency_ckpt_" + std::to_string(getpid()));
     SyntheticSpec spec;
     spec.layers = {{256, 192}};
     spec.moe = SyntheticMoe{8, 128, 96, 2};

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <unistd.h>
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using namespace nibble;
@@ -27,7 +29,10 @@ struct FaultEnv {
 
 const fs::path& checkpoint() {
   static fs::path dir = [] {
-    fs::path d = fs::path(NIBBLE_BUILD_DIR) / "tests" / "fault_ckpt";
+    fs::path d = fs::path(NIBBLE_BUILD_DIR) / "tests" /
+                 // ctest runs each test case in its own process, several at once: one
+                 // directory per process, so none reads a checkpoint another is writing.
+                 ("fault_ckpt_" + std::to_string(getpid()));
     SyntheticSpec spec;
     spec.layers = {{128, 64}, {64, 32}};
     spec.seed = 11;

@@ -54,7 +54,10 @@ long in_child(const std::function<long()>& f) {
 }
 
 TEST(Memory, LoadingStaysWithinTheCheckpointPlusTwoDecodedLayers) {
-  fs::path dir = fs::path(NIBBLE_BUILD_DIR) / "tests" / "memory_ckpt";
+  fs::path dir = fs::path(NIBBLE_BUILD_DIR) / "tests" /
+                 // ctest runs each test case in its own process, several at once: one
+                 // directory per process, so none reads a checkpoint another is writing.
+                 ("memory_ckpt_" + std::to_string(getpid()));
   SyntheticSpec spec;
   for (int i = 0; i < 6; ++i) spec.layers.emplace_back(2048, 4096);  // 4 MiB packed each
   spec.seed = 3;
