@@ -2,6 +2,7 @@
 #include <nibble/sdk/plugin.hpp>
 
 #include "linear_kernels.hpp"
+#include "moe_kernel.hpp"
 #include "probe.hpp"
 
 namespace nibble::cpu_amx {
@@ -40,6 +41,8 @@ class CpuAmxBackend final : public sdk::Backend {
     k.push_back(make_linear_a16_kernel());
     k.push_back(make_linear_a8_kernel());
     k.push_back(make_dense_onednn_kernel());
+    k.push_back(make_moe_a16_kernel());
+    k.push_back(make_moe_a8_kernel());
     return k;
   }
 };

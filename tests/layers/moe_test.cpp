@@ -62,7 +62,11 @@ TEST_P(MoeFixture, ReproducesTheUpstreamExpectedOutputs) {
         for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], want_ids.i32(i)) << sfx;
         const TensorView& want_w =
             io->tensor((renorm ? "topk_weights_" : "topk_weights_norenorm_") + sfx);
-        for (size_t i = 0; i < wts.size(); ++i) EXPECT_NEAR(wts[i], want_w.as_double(i), 1e-5);
+        // The router runs on the backend's dense kernel: its weights are as exact as that
+        // kernel's declared bound (cpu_amx's oneDNN kernel computes in bf16).
+        const double router_bound = declared_bound(rt, moe.placements()[0], sdk::dtype_f32());
+        for (size_t i = 0; i < wts.size(); ++i)
+          EXPECT_NEAR(wts[i], want_w.as_double(i), std::max(1e-5, 2 * router_bound)) << sfx;
         Mat y(M, 256, x.t.dtype);
         y.poison();
         moe.forward(x.t, y.t);

@@ -92,7 +92,8 @@ const char* kUsage =
     "  --threads N        threads per forward call and the host's budget (default 2)\n"
     "  --verbose          list passed checks too, and each result as it arrives (stderr)\n"
     "  --no-fork          run in this process (debugging: a crash ends the kit)\n\n"
-    "The report ends with a line \"N passed, N failed\"; the exit code is 1 on any failure.\n";
+    "The report ends with a line \"N passed, N failed\"; the exit code is 1 on any failure.\n\n"
+    "example: nibble conformance --plugin build/libnibble_acme.so --quick\n";
 
 }  // namespace
 

@@ -1,0 +1,462 @@
+// Fused MoE on the linear kernels' packed layout. Compiled without ISA flags: it sorts the routed
+// (token, slot) pairs by expert, gathers each expert's rows, and hands fixed-size (expert, row
+// block, panel block) tasks to the same per-ISA micro-kernels the linear layers use.
+//
+// Determinism: the task grid depends only on the routing and the shapes, never on the thread
+// count, and every output element is produced by exactly one task; the slots of a token are summed
+// in slot order by one thread. So y is bit-identical for any exec.num_threads.
+#include "moe_kernel.hpp"
+
+#include "activations.hpp"
+#include "kernel_api.hpp"
+#include "linear_kernels.hpp"
+#include "packed_weight.hpp"
+#include "probe.hpp"
+
+#include <nibble/sdk/numeric.hpp>
+#include <nibble/sdk/portable_moe.hpp>
+#include <nibble/sdk/weights.hpp>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nibble::cpu_amx {
+namespace {
+
+enum class Mode { a16, a8 };
+enum class Projection { w13, w2 };
+
+using PackedExpert = sdk::portable::Expert<std::unique_ptr<PackedLinear>>;
+
+// Task sizes. Rows: a multiple of the tile kernels' 32-row padding and of the streaming kernels'
+// 4-row pass. Panels: even (the streaming kernels walk panel pairs), small enough that one hot
+// expert still splits into many tasks (load balance under skewed routing).
+constexpr int64_t kTaskRows = 64;
+constexpr int64_t kTaskPanels = 8;
+// Tokens per task of the final per-token reduction.
+constexpr int64_t kCombineRows = 16;
+// Routed rows up to which activation preparation and the reduction run on the calling thread.
+constexpr int64_t kInlineRows = 8;
+
+size_t align64(size_t b) { return (b + 63) / 64 * 64; }
+
+// The same streaming/tile switch as the linear kernels (linear_kernels.cpp explains the numbers);
+// NIBBLE_CPU_AMX_SMALL_M overrides it, read at prepare.
+int64_t small_m_limit(Mode mode) {
+  if (const char* e = std::getenv("NIBBLE_CPU_AMX_SMALL_M"); e && *e) return std::atoll(e);
+  return mode == Mode::a16 ? 1 : 4;
+}
+
+struct MicroKernels {
+  A16Fn a16_small, a16_large;
+  A8Fn a8_small, a8_large;
+};
+
+MicroKernels micro_kernels_for(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::amx:
+      return {&a16_avx512, &a16_amx, &a8_avx512, &a8_amx};
+    case IsaLevel::avx512:
+      return {&a16_avx512, &a16_avx512, &a8_avx512, &a8_avx512};
+    case IsaLevel::avx2:
+      return {&a16_avx2, &a16_avx2, &a8_avx2, &a8_avx2};
+    default:
+      return {&a16_portable, &a16_portable, &a8_portable, &a8_portable};
+  }
+}
+
+// Run fn(i) for i in [0, count) on the arena; any thread may take any task (they are independent
+// and each one's result does not depend on who runs it).
+template <class Fn>
+void run_tasks(tbb::task_arena& arena, int threads, int64_t count, const Fn& fn) {
+  if (count <= 0) return;
+  if (threads <= 1 || count == 1) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, count, 1),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          for (int64_t i = r.begin(); i < r.end(); ++i) fn(i);
+        },
+        tbb::simple_partitioner());
+  });
+}
+
+// An upper bound of Σ_e (activation workspace of n_e rows) over any routing of `rows` pairs to at
+// most `experts` experts, for weights whose largest Kp and chunk count are given. The exact sizes
+// come from activations.cpp; padded_rows(n) < n + 32 and each align64 adds < 64.
+size_t activation_bound(Mode mode, int64_t kp, int64_t chunks, int64_t rows, int64_t experts) {
+  const size_t r = size_t(rows), u = size_t(experts), kpz = size_t(kp), ch = size_t(chunks);
+  if (mode == Mode::a16) return r * (2 * kpz + 4 * ch) + u * (32 * 2 * kpz + 128);
+  return r * (kpz + 64 + 4 + 4 * ch) + u * (32 * (kpz + 64 + 4) + 192);
+}
+
+// The (token, slot) pairs sorted by expert (counting sort; stable in token-then-slot order).
+struct SortedRouting {
+  std::vector<int64_t> begin;      ///< [E + 1]: rows of expert e are [begin[e], begin[e + 1])
+  std::vector<int64_t> row_token;  ///< [rows]: the token of each sorted row
+  std::vector<int64_t> slot_row;   ///< [M · top_k]: the sorted row of each slot, -1 for none
+  int64_t rows = 0;
+  int64_t experts_used = 0;
+};
+
+SortedRouting sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, int64_t E) {
+  SortedRouting s;
+  s.begin.assign(size_t(E) + 1, 0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t e = ids.get_int(m, j);
+      if (e < -1 || e >= E)
+        throw sdk::Error(NIBBLE_INVALID_ARGUMENT,
+                         "topk_ids[" + std::to_string(m) + ", " + std::to_string(j) +
+                             "] = " + std::to_string(e) + " is outside [0, " + std::to_string(E) +
+                             ") (or -1 for no expert)");
+      if (e >= 0) ++s.begin[size_t(e) + 1];
+    }
+  for (int64_t e = 0; e < E; ++e) {
+    if (s.begin[size_t(e) + 1] > 0) ++s.experts_used;
+    s.begin[size_t(e) + 1] += s.begin[size_t(e)];
+  }
+  s.rows = s.begin[size_t(E)];
+  std::vector<int64_t> next(s.begin.begin(), s.begin.end() - 1);
+  s.slot_row.assign(size_t(M * top_k), -1);
+  s.row_token.resize(size_t(s.rows));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t e = ids.get_int(m, j);
+      if (e < 0) continue;
+      const int64_t r = next[size_t(e)]++;
+      s.slot_row[size_t(m * top_k + j)] = r;
+      s.row_token[size_t(r)] = m;
+    }
+  return s;
+}
+
+// Round row m of y (K fp32 values) to y's dtype, once per element.
+void store_row(const sdk::Matrix& y, int64_t m, const float* v) {
+  if (y.dtype.bits == 32) {
+    std::memcpy(y.row<float>(m), v, size_t(y.cols) * sizeof(float));
+  } else if (y.dtype.code == kDLBfloat) {
+    uint16_t* out = y.row<uint16_t>(m);
+    for (int64_t k = 0; k < y.cols; ++k) out[k] = sdk::f32_to_bf16(v[k]);
+  } else {
+    uint16_t* out = y.row<uint16_t>(m);
+    for (int64_t k = 0; k < y.cols; ++k) out[k] = sdk::f32_to_f16(v[k]);
+  }
+}
+
+// One (expert, row block, panel block) unit of a projection.
+struct GemmTask {
+  int32_t expert;
+  int64_t m0, m1, p0, p1;
+};
+
+// One (expert, padded row block) unit of activation preparation.
+struct RowTask {
+  int32_t expert;
+  int64_t m0, m1;
+};
+
+class MoePrepared final : public sdk::Prepared {
+ public:
+  MoePrepared(Mode mode, std::vector<PackedExpert> experts, int64_t K, int64_t I, int64_t top_k,
+              IsaLevel level)
+      : mode_(mode),
+        experts_(std::move(experts)),
+        K_(K),
+        I_(I),
+        top_k_(top_k),
+        level_(level),
+        kernels_(micro_kernels_for(level)),
+        small_m_(small_m_limit(mode)) {
+    for (const auto& e : experts_) {
+      kp13_ = std::max(kp13_, e.w13->Kp);
+      kp2_ = std::max(kp2_, e.w2->Kp);
+      const auto& c13 = mode_ == Mode::a16 ? e.w13->a16_chunks : e.w13->a8_chunks;
+      const auto& c2 = mode_ == Mode::a16 ? e.w2->a16_chunks : e.w2->a8_chunks;
+      chunks13_ = std::max(chunks13_, int64_t(c13.size()));
+      chunks2_ = std::max(chunks2_, int64_t(c2.size()));
+    }
+  }
+
+  size_t bytes() const override {
+    size_t total = sizeof(*this);
+    for (const auto& e : experts_) total += e.w13->bytes() + e.w2->bytes();
+    return total;
+  }
+
+  size_t workspace_bytes(int64_t M) const override { return layout(M).total; }
+
+  void forward(const sdk::ForwardArgs& args, const sdk::Exec& exec) const override {
+    const int64_t M = args.M;
+    if (M == 0) return;
+    const int64_t E = int64_t(experts_.size());
+    const int64_t top_k = args.topk_ids.cols;
+    sdk::require(top_k == top_k_, "forward: topk_ids has " + std::to_string(top_k) +
+                                      " columns, the layer's top_k is " + std::to_string(top_k_));
+    const Layout lay = layout(M);
+    sdk::require(exec.workspace_size >= lay.total, "forward: workspace too small");
+    const SortedRouting s = sort_by_expert(args.topk_ids, M, top_k, E);
+
+    const int threads = std::max(1, exec.num_threads);
+    tbb::task_arena& arena = arena_for(threads);
+    char* ws = static_cast<char*>(exec.workspace);
+    const sdk::Matrix& x = args.x;
+    const size_t xb = sdk::dtype_bytes(x.dtype);
+    char* gathered = ws + lay.gathered_x;                         // [rows][K] in x's dtype
+    float* gate_up = reinterpret_cast<float*>(ws + lay.gate_up);  // [rows][2I]; h replaces gate
+    float* down = reinterpret_cast<float*>(ws + lay.down);        // [rows][K]
+    char* act = ws + lay.activations;
+
+    auto rows_of = [&](int64_t e) { return s.begin[size_t(e) + 1] - s.begin[size_t(e)]; };
+    auto weight_of = [&](int64_t e, Projection p) -> const PackedLinear& {
+      return p == Projection::w13 ? *experts_[size_t(e)].w13 : *experts_[size_t(e)].w2;
+    };
+    // Activation buffers of one projection: expert e's at act + offsets[e].
+    auto activation_offsets = [&](Projection p) {
+      std::vector<size_t> off(size_t(E), 0);
+      size_t at = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t n = rows_of(e);
+        if (n == 0) continue;
+        off[size_t(e)] = at;
+        const PackedLinear& w = weight_of(e, p);
+        at += align64(mode_ == Mode::a16 ? a16_workspace_bytes(w, n) : a8_workspace_bytes(w, n));
+      }
+      sdk::require(at <= lay.activation_bytes, "forward: activation workspace bound exceeded");
+      return off;
+    };
+    auto row_tasks = [&] {
+      std::vector<RowTask> t;
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t m0 = 0; m0 < padded_rows(rows_of(e)); m0 += kRowPad)
+          t.push_back(RowTask{int32_t(e), m0, m0 + kRowPad});
+      return t;
+    };
+    auto gemm_tasks = [&](Projection p) {
+      std::vector<GemmTask> t;
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t n = rows_of(e);
+        const int64_t panels = weight_of(e, p).panels;
+        for (int64_t m0 = 0; m0 < n; m0 += kTaskRows)
+          for (int64_t p0 = 0; p0 < panels; p0 += kTaskPanels)
+            t.push_back(GemmTask{int32_t(e), m0, std::min(n, m0 + kTaskRows), p0,
+                                 std::min(panels, p0 + kTaskPanels)});
+      }
+      return t;
+    };
+    // Fill rows [m0, m1) of expert e's activation buffer for one projection from `in`.
+    auto fill = [&](const sdk::Matrix& in, const PackedLinear& w, char* buffer, int64_t n,
+                    int64_t m0, int64_t m1) {
+      if (mode_ == Mode::a16)
+        a16_fill(in, w, a16_view(w, n, buffer), m0, m1);
+      else
+        a8_fill(in, w, a8_view(w, n, buffer), m0, m1);
+    };
+    // One projection's GEMM tasks into fp32 rows of `out` (row stride ld).
+    auto project = [&](Projection p, const std::vector<size_t>& off, float* out, int64_t ld) {
+      const std::vector<GemmTask> tasks = gemm_tasks(p);
+      run_tasks(arena, threads, int64_t(tasks.size()), [&](int64_t i) {
+        const GemmTask& t = tasks[size_t(i)];
+        const int64_t n = rows_of(t.expert);
+        const PackedLinear& w = weight_of(t.expert, p);
+        OutputView y{reinterpret_cast<char*>(out + s.begin[size_t(t.expert)] * ld), ld,
+                     sdk::dtype_f32(), w.N};
+        const bool large = level_ == IsaLevel::amx && n > small_m_;
+        char* buffer = act + off[size_t(t.expert)];
+        if (mode_ == Mode::a16) {
+          A16Call call{&w, a16_view(w, n, buffer), y, n};
+          (large ? kernels_.a16_large : kernels_.a16_small)(call, t.m0, t.m1, t.p0, t.p1);
+        } else {
+          A8Call call{&w, a8_view(w, n, buffer), y, n};
+          (large ? kernels_.a8_large : kernels_.a8_small)(call, t.m0, t.m1, t.p0, t.p1);
+        }
+      });
+    };
+
+    // 1. Gather each expert's token rows and prepare them for its w13.
+    const std::vector<RowTask> fills = row_tasks();
+    // Decode-sized row work is cheaper inline than a wake-up of the arena's workers.
+    const int row_threads = s.rows <= kInlineRows ? 1 : threads;
+    {
+      const std::vector<size_t> off = activation_offsets(Projection::w13);
+      run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
+        const RowTask& t = fills[size_t(i)];
+        const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
+        for (int64_t m = t.m0; m < std::min(t.m1, n); ++m)
+          std::memcpy(gathered + size_t(base + m) * size_t(K_) * xb,
+                      x.row<char>(s.row_token[size_t(base + m)]), size_t(K_) * xb);
+        sdk::Matrix xe{gathered + size_t(base) * size_t(K_) * xb, x.dtype, n, K_, K_};
+        fill(xe, weight_of(t.expert, Projection::w13), act + off[size_t(t.expert)], n, t.m0, t.m1);
+      });
+      // 2. gate and up for every routed row, fp32.
+      project(Projection::w13, off, gate_up, 2 * I_);
+    }
+    // 3. h = silu(gate) · up in fp32 (over the gate half, in place), prepared for w2.
+    {
+      const std::vector<size_t> off = activation_offsets(Projection::w2);
+      run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
+        const RowTask& t = fills[size_t(i)];
+        const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
+        for (int64_t m = t.m0; m < std::min(t.m1, n); ++m) {
+          float* g = gate_up + (base + m) * 2 * I_;
+          for (int64_t c = 0; c < I_; ++c) {
+            const float gate = g[c];
+            g[c] = gate / (1.f + std::exp(-gate)) * g[I_ + c];
+          }
+        }
+        sdk::Matrix he{reinterpret_cast<char*>(gate_up + base * 2 * I_), sdk::dtype_f32(), n, I_,
+                       2 * I_};
+        fill(he, weight_of(t.expert, Projection::w2), act + off[size_t(t.expert)], n, t.m0, t.m1);
+      });
+      // 4. The down projection, fp32.
+      project(Projection::w2, off, down, K_);
+    }
+    // 5. y[m] = Σ_j weight[m, j] · down[row of (m, j)], in slot order, fp32, then rounded once.
+    const sdk::Matrix& y = args.y;
+    run_tasks(arena, row_threads, (M + kCombineRows - 1) / kCombineRows, [&](int64_t b) {
+      std::vector<float> acc(static_cast<size_t>(K_));
+      for (int64_t m = b * kCombineRows; m < std::min(M, (b + 1) * kCombineRows); ++m) {
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t j = 0; j < top_k; ++j) {
+          const int64_t r = s.slot_row[size_t(m * top_k + j)];
+          if (r < 0) continue;
+          const float weight = args.topk_weights.get(m, j);
+          const float* d = down + r * K_;
+          for (int64_t k = 0; k < K_; ++k) acc[size_t(k)] += weight * d[k];
+        }
+        store_row(y, m, acc.data());
+      }
+    });
+  }
+
+ private:
+  // Workspace regions for M tokens (offsets in bytes, each 64-byte aligned).
+  struct Layout {
+    size_t gathered_x = 0, gate_up = 0, down = 0, activations = 0, activation_bytes = 0, total = 0;
+  };
+  Layout layout(int64_t M) const {
+    const int64_t rows = M * top_k_;
+    const int64_t used = std::min<int64_t>(rows, int64_t(experts_.size()));
+    Layout l;
+    size_t at = 0;
+    l.gathered_x = at;
+    at += align64(size_t(rows) * size_t(K_) * sizeof(float));  // room for the widest x dtype
+    l.gate_up = at;
+    at += align64(size_t(rows) * size_t(2 * I_) * sizeof(float));
+    l.down = at;
+    at += align64(size_t(rows) * size_t(K_) * sizeof(float));
+    l.activations = at;
+    // w13's activation buffers are dead once gate/up are computed; w2's reuse the region.
+    l.activation_bytes = std::max(activation_bound(mode_, kp13_, chunks13_, rows, used),
+                                  activation_bound(mode_, kp2_, chunks2_, rows, used));
+    at += align64(l.activation_bytes);
+    l.total = at;
+    return l;
+  }
+
+  Mode mode_;
+  std::vector<PackedExpert> experts_;
+  int64_t K_, I_, top_k_;
+  IsaLevel level_;
+  MicroKernels kernels_;
+  int64_t small_m_;
+  int64_t kp13_ = 0, kp2_ = 0, chunks13_ = 0, chunks2_ = 0;
+};
+
+class MoeKernel final : public sdk::Kernel {
+ public:
+  explicit MoeKernel(Mode mode) : mode_(mode) {}
+
+  sdk::KernelInfo info() const override {
+    sdk::KernelInfo i;
+    i.op = NIBBLE_OP_MOE;
+    if (mode_ == Mode::a16) {
+      // x and h are rounded to bf16 once each (two chained linear_a16 projections); fp32 sums.
+      i.name = "moe_a16";
+      i.priority = 100;
+      i.mode = NIBBLE_MODE_WEIGHT_ONLY;
+      i.bound_f32 = 1e-2;
+      i.bound_f16 = 1e-2;
+      i.bound_bf16 = 1e-2;
+    } else {
+      // x and h quantized to int8 per row (two chained linear_a8 projections). h = silu(gate)·up
+      // is heavy-tailed, so its row amax is far above its rms and its int8 step coarser than x's:
+      // worst measured 2.6e-2 (tests/cpu_amx/moe_test.cpp), hence more than linear_a8's 3e-2.
+      i.name = "moe_a8";
+      i.priority = 90;
+      i.mode = NIBBLE_MODE_DYNAMIC_INT8;
+      i.bound_f32 = 6e-2;
+      i.bound_f16 = 6e-2;
+      i.bound_bf16 = 6e-2;
+    }
+    return i;
+  }
+
+  std::string why_not(const nibble_layer_desc& d) const override {
+    if (d.op != NIBBLE_OP_MOE) return "only Mixture-of-Experts layers (op MOE)";
+    const int want = mode_ == Mode::a16 ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
+    if (d.numeric_mode != want)
+      return std::string("numeric mode ") + std::to_string(d.numeric_mode) +
+             " requested; this kernel is " +
+             (mode_ == Mode::a16 ? "weight-only (W4A16)" : "dynamic int8 (W4A8)");
+    const uint32_t ok = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+    if (d.act_dtypes & ~ok) return "activation dtypes other than f32, f16, bf16";
+    if (!sdk::is_float_dtype(d.weight_dtype))
+      return "scales dtype " + sdk::dtype_name(d.weight_dtype) + " (expected f16, bf16 or f32)";
+    if (d.activation != NIBBLE_ACT_SILU)
+      return "activation " + std::to_string(d.activation) + ": only silu(gate) · up is implemented";
+    if (d.num_experts < 1) return "no experts";
+    if (d.top_k < 1) return "top_k " + std::to_string(d.top_k) + " < 1";
+    if (d.has_bias) return "expert biases are not part of the MoE op";
+    if (d.N > (int64_t(1) << 29)) return "intermediate size above 2^29 (w13 has 2·I outputs)";
+    nibble_layer_desc w13 = d;
+    w13.op = NIBBLE_OP_LINEAR;
+    w13.N = 2 * d.N;
+    if (std::string why = packing_limits(w13); !why.empty()) return "w13: " + why;
+    nibble_layer_desc w2 = d;
+    w2.op = NIBBLE_OP_LINEAR;
+    w2.K = d.N;
+    w2.N = d.K;
+    w2.group_size = d.w2_group_size;
+    if (std::string why = packing_limits(w2); !why.empty()) return "w2: " + why;
+    return "";
+  }
+
+  std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
+                                         const nibble_weight_input& in) const override {
+    sdk::require(in.experts != nullptr, "moe: no expert source");
+    const IsaDecision isa = decide_isa();
+    const int threads = sdk::Host::thread_budget();
+    // One expert's canonical form alive at a time: fetch, pack both projections, give back.
+    auto experts = sdk::portable::prepare_experts<std::unique_ptr<PackedLinear>>(
+        d, *in.experts, [&](const sdk::QuantWeight& w13, const sdk::QuantWeight& w2) {
+          return PackedExpert{pack_linear(w13, threads), pack_linear(w2, threads)};
+        });
+    return std::make_unique<MoePrepared>(mode_, std::move(experts), d.K, d.N, d.top_k, isa.level);
+  }
+
+ private:
+  Mode mode_;
+};
+
+}  // namespace
+
+std::unique_ptr<sdk::Kernel> make_moe_a16_kernel() {
+  return std::make_unique<MoeKernel>(Mode::a16);
+}
+std::unique_ptr<sdk::Kernel> make_moe_a8_kernel() { return std::make_unique<MoeKernel>(Mode::a8); }
+
+}  // namespace nibble::cpu_amx
