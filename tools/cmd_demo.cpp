@@ -203,10 +203,10 @@ std::vector<double> reference_moe(const nibble::Checkpoint& ckpt, const std::str
 // One measured layer: its error against float64 and its time, and the same layer dense in bf16
 // on oneDNN (through cpu_amx's dense kernel) when that kernel is available.
 struct Result {
-  std::string model, layer, mode, backend, kernel;
+  std::string model = {}, layer = {}, mode = {}, backend = {}, kernel = {};
   double error = 0, bound = 0, seconds = 0, onednn_seconds = 0;
   bool ok = true;
-  std::string not_run;
+  std::string not_run = {};
 };
 
 // The dequantized weight in bf16, as a dense layer a oneDNN kernel can run: the baseline a user

@@ -6,10 +6,13 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "progress.hpp"
 
 namespace {
 
@@ -20,6 +23,7 @@ const char* kQuantizeHelp =
     "routers, embeddings, norms, lm_head and --skip matches; layers the format cannot pack stay\n"
     "dense and are listed in modules_to_not_convert.\n\n"
     "  --synthetic            generate random weights ~ N(0, 1/K) from --seed\n"
+    "  --quiet                no progress on stderr\n"
     "  --in DIR               quantize this f16/bf16/f32 checkpoint\n"
     "  --out DIR              where to write (created)\n"
     "  --format F             gptq (v1, default), gptq_v2 or awq (AWQ GEMM)\n"
@@ -63,7 +67,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 int nibble_cmd_quantize(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  bool synthetic = false, act_order = false, bias = false;
+  bool synthetic = false, act_order = false, bias = false, quiet = false;
   std::optional<bool> sym;
   std::string in, out, format = "gptq";
   nibble::QuantizeOptions options;
@@ -85,6 +89,8 @@ int nibble_cmd_quantize(int argc, char** argv) {
       return 0;
     } else if (a == "--synthetic") {
       synthetic = true;
+    } else if (a == "--quiet") {
+      quiet = true;
     } else if (a == "--in") {
       in = value();
     } else if (a == "--out") {
@@ -145,8 +151,16 @@ int nibble_cmd_quantize(int argc, char** argv) {
     return usage_error(
         "--layers, --moe and --bias describe a synthetic model; use them with --synthetic");
   }
+  // Progress on stderr (a bar on a terminal, lines otherwise); --quiet silences it.
+  std::unique_ptr<nibble::cli::Progress> progress;
+  options.on_layer = [&](const std::string& layer, size_t, size_t total) {
+    if (!progress)
+      progress = std::make_unique<nibble::cli::Progress>("quantizing", int(total), quiet);
+    progress->step(layer);
+  };
   nibble::QuantizedModel model = synthetic ? nibble::make_synthetic_model(spec, options, kind)
                                            : nibble::quantize_checkpoint(in, options, kind, skip);
+  progress.reset();
   nibble::write_checkpoint(out, model, kind, options, shard_bytes);
   fmt::print(
       "wrote {}: {} quantized layer(s) as {} ({}-bit, group size {}, {}{}), {} other tensor(s)\n",

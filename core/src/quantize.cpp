@@ -83,8 +83,8 @@ CanonicalWeight quantize_rtn(std::span<const float> weight, int64_t N, int64_t K
         xmin = std::min(xmin, v);
         xmax = std::max(xmax, v);
       }
-      double scale;
-      int zero;
+      double scale = 0;
+      int zero = 0;
       if (o.sym) {
         double m = std::max(-xmin, xmax);
         if (m == 0) m = 1;

@@ -80,6 +80,11 @@ QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions o
   model.config["torch_dtype"] = "float16";
   model.config["num_hidden_layers"] = spec.layers.size() + (spec.moe ? 1 : 0);
   model.config["nibble_synthetic_seed"] = spec.seed;
+  const size_t total =
+      spec.layers.size() + (spec.moe ? 3 * size_t(std::max(spec.moe->num_experts, 0)) : 0);
+  auto done = [&](const std::string& prefix) {
+    if (options.on_layer) options.on_layer(prefix, model.quantized.size(), total);
+  };
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     auto [K, N] = spec.layers[i];
     if (K <= 0 || N <= 0)
@@ -93,6 +98,7 @@ QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions o
     std::string prefix = fmt::format("model.layers.{}.linear", i);
     auto perm = permutation_rng(spec.seed, prefix);
     model.quantized[prefix] = quantize_rtn(w, N, K, options, perm, bias);
+    done(prefix);
   }
   if (spec.moe) {
     const SyntheticMoe& m = *spec.moe;
@@ -122,6 +128,7 @@ QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions o
         std::string prefix = fmt::format("{}.experts.{}.{}", block, e, proj);
         auto perm = permutation_rng(spec.seed, prefix);
         model.quantized[prefix] = quantize_rtn(w, N, K, options, perm);
+        done(prefix);
       }
     }
   }
@@ -186,6 +193,7 @@ QuantizedModel quantize_checkpoint(const std::filesystem::path& in, QuantizeOpti
     }
     consumed.insert(prefix + ".weight");
     model.quantized[prefix] = std::move(q);
+    if (options.on_layer) options.on_layer(prefix, model.quantized.size(), candidates.size());
   }
   for (const auto& name : src.tensors().names()) {
     if (consumed.count(name)) continue;

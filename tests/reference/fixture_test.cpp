@@ -92,8 +92,12 @@ TEST_F(ReferenceFixtures, LinearLayersReproduceTheStoredOutputs) {
       for (int M : {1, 7, 33})
         for (const std::string tag : {"", "bf16_"}) {
           const DLDataType dt = tag.empty() ? sdk::dtype_f32() : sdk::dtype_bf16();
-          const std::string m = "m" + std::to_string(M);
-          const Activations x = activations_of(io->tensor("x_" + tag + m), dt);
+          std::string m = "m";  // appended: GCC 12 warns falsely (-Wrestrict) on "m" + string
+          m += std::to_string(M);
+          std::string x_name = "x_";  // appended: GCC 12 warns falsely on chained string +
+          x_name += tag;
+          x_name += m;
+          const Activations x = activations_of(io->tensor(x_name), dt);
           const std::vector<double> expected = values_of(io->tensor("y_" + tag + m));
           const CaseResult r = run_linear(prepared, x, w.N, expected);
           ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
@@ -172,8 +176,12 @@ TEST_F(ReferenceFixtures, MoeBlockReproducesTheStoredOutputs) {
       for (const std::string tag : {"", "bf16_"})
         for (const std::string norm : {"", "norenorm_"}) {
           const DLDataType dt = tag.empty() ? sdk::dtype_f32() : sdk::dtype_bf16();
-          const std::string m = "m" + std::to_string(M);
-          const Activations x = activations_of(io->tensor("x_" + tag + m), dt);
+          std::string m = "m";  // appended: GCC 12 warns falsely (-Wrestrict) on "m" + string
+          m += std::to_string(M);
+          std::string x_name = "x_";  // appended: GCC 12 warns falsely on chained string +
+          x_name += tag;
+          x_name += m;
+          const Activations x = activations_of(io->tensor(x_name), dt);
           const TensorView& ids = io->tensor("topk_ids_" + tag + m);
           const TensorView& weights = io->tensor("topk_weights_" + norm + tag + m);
           Routing routing;

@@ -96,12 +96,15 @@ TEST(FaultInjection, EntryFailuresAreReportedAndOthersLoad) {
         reported = true;
         EXPECT_FALSE(r.ok);
         EXPECT_FALSE(r.message.empty());
-        if (std::string(f) == "entry:fail")
+        if (std::string(f) == "entry:fail") {
           EXPECT_THAT(r.message, HasSubstr("injected entry failure"));
-        if (std::string(f) == "entry:throw")
+        }
+        if (std::string(f) == "entry:throw") {
           EXPECT_THAT(r.message, HasSubstr("threw a C++ exception"));
-        if (std::string(f) == "size:small")
+        }
+        if (std::string(f) == "size:small") {
           EXPECT_THAT(r.message, HasSubstr("smaller than ABI 1.0"));
+        }
       }
     EXPECT_TRUE(reported) << f;
   }

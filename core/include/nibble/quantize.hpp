@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -34,6 +35,9 @@ struct QuantizeOptions {
   /// so the v1 writer uses 1 (asymmetric only; costs at most one step at the group's maximum).
   int min_zero = 0;
   DLDataType scales_dtype{kDLFloat, 16, 1};  ///< the stored scale type (f16 as GPTQ writes)
+  /// Called after each layer a model-level quantizer finishes (layer prefix, layers done, layers
+  /// in all), for progress displays; may be empty.
+  std::function<void(const std::string&, size_t, size_t)> on_layer = nullptr;
 };
 
 /// Quantize `weight` ([N][K] row-major) to nearest; scales are rounded to options.scales_dtype

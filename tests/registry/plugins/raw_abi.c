@@ -15,15 +15,17 @@
 EXPORT int some_other_symbol(void) { return 42; }
 #else
 
-static int32_t can_implement(const nibble_kernel* self, const nibble_layer_desc* d,
-                             nibble_error* reason) {
+__attribute__((unused)) static int32_t can_implement(const nibble_kernel* self,
+                                                     const nibble_layer_desc* d,
+                                                     nibble_error* reason) {
   (void)self;
   (void)d;
   strcpy(reason->message, "this test kernel implements nothing");
   return 0;
 }
-static nibble_status workspace_bytes(const nibble_kernel* s, const nibble_prepared* p, int64_t M,
-                                     size_t* b, nibble_error* e) {
+__attribute__((unused)) static nibble_status workspace_bytes(const nibble_kernel* s,
+                                                             const nibble_prepared* p, int64_t M,
+                                                             size_t* b, nibble_error* e) {
   (void)s;
   (void)p;
   (void)M;
@@ -31,8 +33,10 @@ static nibble_status workspace_bytes(const nibble_kernel* s, const nibble_prepar
   *b = 0;
   return NIBBLE_OK;
 }
-static nibble_status prepare(const nibble_kernel* s, const nibble_layer_desc* d,
-                             const nibble_weight_input* w, nibble_prepared** out, nibble_error* e) {
+__attribute__((unused)) static nibble_status prepare(const nibble_kernel* s,
+                                                     const nibble_layer_desc* d,
+                                                     const nibble_weight_input* w,
+                                                     nibble_prepared** out, nibble_error* e) {
   (void)s;
   (void)d;
   (void)w;
@@ -40,8 +44,10 @@ static nibble_status prepare(const nibble_kernel* s, const nibble_layer_desc* d,
   strcpy(e->message, "unsupported");
   return NIBBLE_UNSUPPORTED;
 }
-static nibble_status forward(const nibble_kernel* s, const nibble_prepared* p,
-                             const nibble_forward_args* a, const nibble_exec* x, nibble_error* e) {
+__attribute__((unused)) static nibble_status forward(const nibble_kernel* s,
+                                                     const nibble_prepared* p,
+                                                     const nibble_forward_args* a,
+                                                     const nibble_exec* x, nibble_error* e) {
   (void)s;
   (void)p;
   (void)a;
@@ -49,16 +55,16 @@ static nibble_status forward(const nibble_kernel* s, const nibble_prepared* p,
   (void)e;
   return NIBBLE_UNSUPPORTED;
 }
-static void release(const nibble_kernel* s, nibble_prepared* p) {
+__attribute__((unused)) static void release(const nibble_kernel* s, nibble_prepared* p) {
   (void)s;
   (void)p;
 }
-static nibble_status probe(nibble_probe_result* r) {
+__attribute__((unused)) static nibble_status probe(nibble_probe_result* r) {
   r->available = 1;
   strcpy(r->detail, "raw test plugin");
   return NIBBLE_OK;
 }
-static void shutdown(void) {}
+__attribute__((unused)) static void shutdown(void) {}
 
 /* A kernel descriptor as a newer minor would lay it out: the current fields plus more. */
 struct future_kernel {
@@ -77,7 +83,7 @@ static struct future_kernel kernel = {
      release, NULL},
     3.5,
     NULL};
-static const nibble_kernel* kernels[] = {&kernel.base};
+__attribute__((unused)) static const nibble_kernel* kernels[] = {&kernel.base};
 
 struct future_plugin {
   nibble_plugin base;
