@@ -295,7 +295,8 @@ TEST(Gptq, AGroupSizeOfZeroIsRefusedNotDividedBy) {
   t.scales = &vs;
   nibble::SchemeParams p;
   p.group_size = 0;
-  for (auto kind : {nibble::SchemeKind::GptqV1, nibble::SchemeKind::GptqV2, nibble::SchemeKind::AwqGemm}) {
+  for (auto kind :
+       {nibble::SchemeKind::GptqV1, nibble::SchemeKind::GptqV2, nibble::SchemeKind::AwqGemm}) {
     try {
       nibble::get_scheme(kind).decode(t, p);
       ADD_FAILURE() << "group size 0 accepted";

@@ -105,9 +105,11 @@ PreparedKernel::PreparedKernel(const Registry& reg, const Selection& sel,
   }
 }
 
-std::shared_ptr<const PreparedKernel> prepare_first_that_accepts(
-    const Registry& reg, Selection sel, const nibble_layer_desc& desc,
-    const nibble_weight_input& weight, const std::string& part, int threads) {
+std::shared_ptr<const PreparedKernel> prepare_first_that_accepts(const Registry& reg, Selection sel,
+                                                                 const nibble_layer_desc& desc,
+                                                                 const nibble_weight_input& weight,
+                                                                 const std::string& part,
+                                                                 int threads) {
   std::vector<std::string> refusals;
   for (size_t next = 0;; ++next) {
     try {

@@ -47,9 +47,11 @@ class PreparedKernel {
 
 /// Prepare with the selected kernel, moving on to sel.later's candidates while prepare answers
 /// UNSUPPORTED; each refusal is recorded in the placement's passed_over.
-std::shared_ptr<const PreparedKernel> prepare_first_that_accepts(
-    const Registry& reg, Selection sel, const nibble_layer_desc& desc,
-    const nibble_weight_input& weight, const std::string& part, int threads);
+std::shared_ptr<const PreparedKernel> prepare_first_that_accepts(const Registry& reg, Selection sel,
+                                                                 const nibble_layer_desc& desc,
+                                                                 const nibble_weight_input& weight,
+                                                                 const std::string& part,
+                                                                 int threads);
 
 /// Check a 2-D activation tensor (x or y) and return its row count; `what` names it.
 int64_t check_activation(const DLTensor& t, const char* what, int64_t cols,

@@ -185,9 +185,9 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
     if (ks.empty()) {
       if (!sel.kernel)
         tried.push_back("backend " + name + " has no " + op_name(desc.op) + " kernel" +
-                      (desc.op == NIBBLE_OP_DENSE
-                           ? std::string()
-                           : std::string(" for mode ") + numeric_mode_name(desc.numeric_mode)));
+                        (desc.op == NIBBLE_OP_DENSE
+                             ? std::string()
+                             : std::string(" for mode ") + numeric_mode_name(desc.numeric_mode)));
       continue;
     }
     std::vector<std::pair<const BackendInfo*, const KernelInfo*>> c;

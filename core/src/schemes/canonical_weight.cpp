@@ -11,7 +11,8 @@ int64_t groups_for(int64_t K, int group_size) {
   if (group_size == -1) return 1;
   // Found by fuzz_schemes: a group size of 0 used to divide by zero here.
   if (group_size <= 0)
-    throw Error(fmt::format("group_size {} is invalid (expected a positive size or -1)", group_size));
+    throw Error(
+        fmt::format("group_size {} is invalid (expected a positive size or -1)", group_size));
   return (K + group_size - 1) / group_size;
 }
 

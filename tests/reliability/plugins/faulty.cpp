@@ -2,8 +2,8 @@
 // SDK exception barrier), for the host's fault-injection tests. NIBBLE_FAULT names the faults,
 // comma-separated, read at every call:
 //   entry:fail entry:throw probe:fail probe:throw can_implement:throw prepare:fail prepare:throw
-//   prepare:unsupported prepare:null prepare:fail_with_handle workspace:fail workspace:huge forward:fail forward:throw
-//   size:small (a plugin descriptor smaller than ABI 1.0's)
+//   prepare:unsupported prepare:null prepare:fail_with_handle workspace:fail workspace:huge
+//   forward:fail forward:throw size:small (a plugin descriptor smaller than ABI 1.0's)
 // Its kernel otherwise computes a correct quantized linear layer (dequantize, double accumulate).
 #include <nibble/sdk/plugin.h>
 #include <nibble/sdk/numeric.hpp>
