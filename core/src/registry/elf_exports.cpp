@@ -1,7 +1,7 @@
 // Lists the dynamic symbols an ELF shared object exports, by reading the file (no code of it
 // runs). Boost 1.74's library_info reads only .symtab, which stripped libraries lack; .dynsym is
 // what the dynamic loader resolves, so the preflight consults both.
-#include "elf_exports.hpp"
+#include <nibble/elf_exports.hpp>
 
 #include <elf.h>
 
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <iterator>
 
-namespace nibble::detail {
+namespace nibble {
 
 namespace {
 
@@ -65,4 +65,4 @@ std::optional<std::vector<std::string>> elf_dynamic_exports(const std::string& p
   return names;
 }
 
-}  // namespace nibble::detail
+}  // namespace nibble

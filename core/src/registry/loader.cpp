@@ -7,6 +7,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
+#include <nibble/elf_exports.hpp>
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/registry.hpp>
@@ -22,7 +23,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "elf_exports.hpp"
 #include "host_table.hpp"
 
 namespace fs = std::filesystem;
@@ -94,7 +94,7 @@ bool exports_entry(const std::string& path, std::string* why) {
   }
   if (!found) {
     // Stripped libraries have no .symtab for library_info to read; .dynsym is authoritative.
-    auto exports = detail::elf_dynamic_exports(path);
+    auto exports = elf_dynamic_exports(path);
     if (!exports) {
       *why = "not a well-formed ELF64 shared library";
       return false;

@@ -7,7 +7,7 @@
 #include <regex>
 #include <set>
 
-#include "elf_exports.hpp"
+#include <nibble/elf_exports.hpp>  // the loader's own reader, from libnibble
 #include "suite.hpp"
 
 namespace nibble::conformance {
@@ -33,7 +33,7 @@ void fail(CheckResult& r, const std::string& why) {
 }
 
 void check_exports(const SuiteContext& ctx, CheckResult& r) {
-  auto names = elf_dynamic_exports(ctx.options.plugin_path);
+  auto names = nibble::elf_dynamic_exports(ctx.options.plugin_path);
   if (!names) return fail(r, "not a well-formed ELF64 shared object");
   std::vector<std::string> extra;
   bool has_entry = false;
