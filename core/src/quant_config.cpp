@@ -4,6 +4,7 @@
 #include <nibble/quant_config.hpp>
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 #include <algorithm>
 #include <fstream>
@@ -103,15 +104,20 @@ DynamicRule parse_dynamic_rule(const std::string& key, const ojson& value, const
                     source, pattern.size(), kMaxPatternLength));
   }
   rule.pattern = pattern;
-  try {
-    rule.regex = std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
+  // Patterns come from downloaded files: RE2 matches in linear time and bounded memory, where
+  // a backtracking engine (std::regex) can be stalled or driven into deep recursion by a rule
+  // such as "(a*)*b". RE2 reads Python's syntax except backreferences and lookaround.
+  RE2::Options options;
+  options.set_log_errors(false);
+  auto compiled = std::make_shared<const RE2>(pattern, options);
+  if (!compiled->ok()) {
     throw Error(
         fmt::format("{}: dynamic rule \"{}\" is not a regex nibble can compile ({}); "
-                    "nibble uses ECMAScript syntax, refusing the checkpoint rather than "
-                    "ignoring the rule",
-                    source, key, e.what()));
+                    "nibble reads Python re syntax without backreferences or lookaround, and "
+                    "refuses the checkpoint rather than ignoring the rule",
+                    source, key, compiled->error()));
   }
+  rule.regex = std::move(compiled);
   if (!value.is_object()) {
     throw Error(fmt::format("{}: dynamic rule \"{}\" must map to an object of overrides, found {}",
                             source, key, value.type_name()));
@@ -297,10 +303,10 @@ ModuleQuant QuantConfig::for_module(std::string_view prefix) const {
       return mq;
     }
   }
-  std::string name(prefix);
+  const re2::StringPiece name(prefix.data(), prefix.size());
   for (const auto& rule : dynamic) {
     // GPTQModel uses Python re.match: anchored at the start, not at the end.
-    if (!std::regex_search(name, rule.regex, std::regex_constants::match_continuous)) continue;
+    if (!rule.regex->Match(name, 0, name.size(), RE2::ANCHOR_START, nullptr, 0)) continue;
     if (rule.skip) {
       mq.quantized = false;
       mq.reason = fmt::format("dynamic rule \"-:{}\"", rule.pattern);

@@ -102,6 +102,27 @@ TEST(QuantConfig, UnsupportedOptionsAreRefusedByName) {
   expect_mentions(refuse("{"), {"not valid JSON"});
 }
 
+// Python's named groups and lazy quantifiers are read as GPTQModel writes them.
+TEST(QuantConfig, DynamicRulesReadPythonSyntax) {
+  auto c = parse(R"J({"quant_method":"gptq","bits":4,"group_size":128,"dynamic":{
+      "(?P<layer>model\\.layers\\.\\d+)\\..*?down_proj":{"bits":8}}})J");
+  EXPECT_EQ(c.for_module("model.layers.12.mlp.down_proj").bits, 8);
+  EXPECT_EQ(c.for_module("model.layers.x.mlp.down_proj").bits, 4);
+}
+
+// A rule that sends a backtracking engine into exponential time or deep recursion (the fuzzer
+// found one) is matched in linear time: these calls return instead of hanging the loader.
+TEST(QuantConfig, PathologicalDynamicRulesMatchInLinearTime) {
+  auto c = parse(R"J({"quant_method":"gptq","bits":4,"group_size":128,"dynamic":{
+      "(.*)*(.*)*(.*)*(.*)*(.*)*(.*)*z":{"bits":8},"(a|aa)*(a|aa)*(a|aa)*b":{"bits":8},
+      "((x?)*)*y":{"bits":8}}})J");
+  const std::string long_name(200000, 'a');
+  EXPECT_EQ(c.for_module(long_name).bits, 4);
+  EXPECT_EQ(c.for_module(std::string(60, 'a') + "c").bits, 4);
+  EXPECT_EQ(c.for_module("model.layers.0.mlp.experts.0.gate_proj_without_the_letter").bits, 4);
+  EXPECT_EQ(c.for_module(long_name + "z").bits, 8);
+}
+
 TEST(QuantConfig, DynamicOverridesAndSkips) {
   auto c = parse(R"({"quant_method":"gptq","bits":4,"group_size":128,"sym":true,"dynamic":{
       "-:.*\\.mlp\\.gate$":{},
@@ -123,9 +144,13 @@ TEST(QuantConfig, DynamicOverridesAndSkips) {
       c.for_module("model.layers.10.mlp.up_proj");  // re.match is anchored at the start only
   EXPECT_EQ(other.group_size, 128);
   EXPECT_TRUE(other.reason.empty());
+  // Backreferences and lookaround need a backtracking engine: refused by name, never ignored.
   expect_mentions(
-      refuse(R"J({"quant_method":"gptq","bits":4,"group_size":128,"dynamic":{"(?P<x>a)":{}}})J"),
-      {"dynamic rule", "(?P<x>a)", "regex"});
+      refuse(R"J({"quant_method":"gptq","bits":4,"group_size":128,"dynamic":{"(a)\\1":{}}})J"),
+      {"dynamic rule", "(a)\\1", "regex", "backreferences"});
+  expect_mentions(
+      refuse(R"J({"quant_method":"gptq","bits":4,"group_size":128,"dynamic":{"(?=a)b":{}}})J"),
+      {"dynamic rule", "(?=a)b", "regex"});
   expect_mentions(
       refuse(R"({"quant_method":"gptq","bits":4,"group_size":128,"dynamic":{"a":{"adapter":{}}}})"),
       {"dynamic rule \"a\"", "adapter", "bits, group_size"});

@@ -6,11 +6,15 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace re2 {
+class RE2;
+}
 
 namespace nibble {
 
@@ -38,7 +42,8 @@ struct DynamicRule {
   std::optional<int> group_size;
   std::optional<bool> sym;
   std::optional<bool> desc_act;
-  std::regex regex;
+  /// The compiled pattern (RE2: linear-time matching, so a hostile config cannot stall loading).
+  std::shared_ptr<const re2::RE2> regex;
 };
 
 /// The parsed, validated configuration. Anything nibble cannot honour is refused at parse time.
