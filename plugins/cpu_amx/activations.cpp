@@ -143,4 +143,58 @@ void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a
   }
 }
 
+void a16_gather(const A16Activations& from, const int64_t* source, int64_t n,
+                const A16Activations& to, int64_t m0, int64_t m1) {
+  auto* xb = const_cast<uint16_t*>(to.x);
+  auto* sums = const_cast<float*>(to.sum);
+  for (int64_t m = m0; m < m1; ++m) {
+    uint16_t* out = xb + size_t(m) * size_t(to.stride);
+    if (m >= n) {
+      std::memset(out, 0, size_t(to.stride) * 2);
+      continue;
+    }
+    const int64_t r = source[m];
+    std::memcpy(out, from.x + size_t(r) * size_t(from.stride), size_t(to.stride) * 2);
+    std::memcpy(sums + size_t(m) * size_t(to.chunks), from.sum + size_t(r) * size_t(from.chunks),
+                size_t(to.chunks) * sizeof(float));
+  }
+}
+
+void a8_gather(const A8Activations& from, const int64_t* source, int64_t n, const A8Activations& to,
+               int64_t m0, int64_t m1) {
+  auto* xq = const_cast<int8_t*>(to.q);
+  auto* scales = const_cast<float*>(to.scale);
+  auto* sums = const_cast<int32_t*>(to.sum);
+  for (int64_t m = m0; m < m1; ++m) {
+    int8_t* out = xq + size_t(m) * size_t(to.stride);
+    if (m >= n) {
+      std::memset(out, 0, size_t(to.stride));
+      scales[m] = 0.f;
+      continue;
+    }
+    const int64_t r = source[m];
+    std::memcpy(out, from.q + size_t(r) * size_t(from.stride), size_t(to.stride));
+    scales[m] = from.scale[r];
+    std::memcpy(sums + size_t(m) * size_t(to.chunks), from.sum + size_t(r) * size_t(from.chunks),
+                size_t(to.chunks) * sizeof(int32_t));
+  }
+}
+
+bool same_activation_layout(const PackedLinear& a, const PackedLinear& b) {
+  auto same_runs = [](const std::vector<PackedLinear::Run>& x,
+                      const std::vector<PackedLinear::Run>& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const auto& u, const auto& v) {
+      return u.dst == v.dst && u.src == v.src && u.len == v.len;
+    });
+  };
+  auto same_chunks = [](const std::vector<Chunk>& x, const std::vector<Chunk>& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const Chunk& u, const Chunk& v) {
+      return u.tile0 == v.tile0 && u.ntiles == v.ntiles;
+    });
+  };
+  return a.K == b.K && a.Kp == b.Kp && same_runs(a.runs, b.runs) &&
+         a.slot_source == b.slot_source && same_chunks(a.a16_chunks, b.a16_chunks) &&
+         same_chunks(a.a8_chunks, b.a8_chunks);
+}
+
 }  // namespace nibble::cpu_amx

@@ -26,4 +26,16 @@ A8Activations a8_view(const PackedLinear& w, int64_t M, void* workspace);
 void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a, int64_t m0,
              int64_t m1);
 
+/// Rows [m0, m1) of `to` (an n-row buffer laid out for the same weight slots as `from`) from
+/// rows source[m] of `from`; rows ≥ n are padding (zeroed). Lets MoE convert or quantize each
+/// token once and hand every expert it is routed to a copy, instead of once per expert.
+void a16_gather(const A16Activations& from, const int64_t* source, int64_t n,
+                const A16Activations& to, int64_t m0, int64_t m1);
+void a8_gather(const A8Activations& from, const int64_t* source, int64_t n, const A8Activations& to,
+               int64_t m0, int64_t m1);
+
+/// Whether two weights take their activations in the same slot layout (same gather, padding and
+/// chunks), so that one prepared buffer serves both.
+bool same_activation_layout(const PackedLinear& a, const PackedLinear& b);
+
 }  // namespace nibble::cpu_amx

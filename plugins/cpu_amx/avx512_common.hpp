@@ -47,13 +47,14 @@ inline void bytes_u8(__m512i wl, __m512i wh, __m512i* lo, __m512i* hi) {
 
 /// Scale (fp32) and zero point (as fp32 or int32) of a panel's 16 columns in a group.
 inline __m512 load_scale(const PackedLinear& w, int64_t panel, int64_t group) {
-  __m512i words = _mm512_loadu_si512(w.scales_of(panel, group));
-  if (w.zero_in_scale) words = _mm512_andnot_si512(_mm512_set1_epi32(0xFF), words);
-  return _mm512_castsi512_ps(words);
+  if (w.scale_format == PackedLinear::ScaleFormat::f32)
+    return _mm512_castsi512_ps(_mm512_loadu_si512(w.words_of(panel, group)));
+  const __m256i halfs =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.halfs_of(panel, group)));
+  if (w.scale_format == PackedLinear::ScaleFormat::f16) return _mm512_cvtph_ps(halfs);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halfs), 16));  // bf16
 }
 inline __m512i load_zero_i32(const PackedLinear& w, int64_t panel, int64_t group) {
-  if (w.zero_in_scale)
-    return _mm512_and_si512(_mm512_loadu_si512(w.scales_of(panel, group)), _mm512_set1_epi32(0xFF));
   return _mm512_cvtepu8_epi32(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.zeros_of(panel, group))));
 }
@@ -62,7 +63,7 @@ inline __m512i load_zero_i32(const PackedLinear& w, int64_t panel, int64_t group
 inline void store16(const OutputView& y, int64_t m, int64_t n0, __m512 v) {
   const int64_t left = y.N - n0;
   const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-  const size_t at = size_t(m) * size_t(y.stride) + size_t(n0);
+  const size_t at = y.offset(m, n0);
   if (y.dtype.bits == 32) {
     _mm512_mask_storeu_ps(reinterpret_cast<float*>(y.data) + at, mask, v);
   } else if (y.dtype.code == kDLBfloat) {

@@ -36,12 +36,16 @@ struct A8Activations {
   int64_t chunks = 0;
 };
 
-/// Where results go: y[m][n] for n < N, in y's dtype (f32, f16 or bf16).
+/// Where results go: y[m][n] for n < N, in y's dtype (f32, f16 or bf16). `data` holds element
+/// (row0, col0), so a caller may point a block of rows and columns at a small scratch buffer.
 struct OutputView {
   char* data = nullptr;
   int64_t stride = 0;  ///< elements per row
   DLDataType dtype{};
   int64_t N = 0;
+  int64_t row0 = 0, col0 = 0;
+  /// Element offset of (m, n) from data.
+  size_t offset(int64_t m, int64_t n) const { return size_t((m - row0) * stride + (n - col0)); }
 };
 
 struct A16Call {
@@ -83,24 +87,27 @@ void a8_amx(const A8Call&, int64_t, int64_t, int64_t, int64_t);
 /// Scale and zero point of column c of a panel's group (portable decode of the scale words).
 inline void scale_and_zero(const PackedLinear& w, int64_t panel, int64_t group, int c, float* scale,
                            int* zero) {
-  uint32_t word = w.scales_of(panel, group)[c];
-  if (w.zero_in_scale) {
-    *zero = int(word & 0xFFu);
-    word &= ~0xFFu;
-  } else {
-    *zero = w.zeros_of(panel, group)[c];
+  *zero = w.zeros_of(panel, group)[c];
+  switch (w.scale_format) {
+    case PackedLinear::ScaleFormat::f16:
+      *scale = sdk::f16_to_f32(w.halfs_of(panel, group)[c]);
+      break;
+    case PackedLinear::ScaleFormat::bf16:
+      *scale = sdk::bf16_to_f32(w.halfs_of(panel, group)[c]);
+      break;
+    case PackedLinear::ScaleFormat::f32: {
+      const uint32_t word = w.words_of(panel, group)[c];
+      std::memcpy(scale, &word, sizeof *scale);
+      break;
+    }
   }
-  float s;
-  std::memcpy(&s, &word, sizeof s);
-  *scale = s;
 }
 
 /// Store `count` fp32 results of row m starting at column n0 (columns ≥ N are dropped).
 inline void store_portable_n(const OutputView& y, int64_t m, int64_t n0, const float* v,
                              int count) {
   const int64_t n_end = std::min<int64_t>(n0 + count, y.N);
-  for (int64_t n = n0; n < n_end; ++n)
-    sdk::store_float(y.data, y.dtype, size_t(m) * size_t(y.stride) + size_t(n), v[n - n0]);
+  for (int64_t n = n0; n < n_end; ++n) sdk::store_float(y.data, y.dtype, y.offset(m, n), v[n - n0]);
 }
 inline void store_portable(const OutputView& y, int64_t m, int64_t n0, const float* v) {
   store_portable_n(y, m, n0, v, kPanel);

@@ -25,16 +25,18 @@ void store8(const OutputView& y, int64_t m, int64_t n0, __m256 v) {
 // 8 scales and zero points (as fp32 / int32) of columns [8·half, 8·half + 8) of a panel's group.
 void scale_zero8(const PackedLinear& w, int64_t panel, int64_t group, int half, __m256* s,
                  __m256i* z) {
-  __m256i words =
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales_of(panel, group) + 8 * half));
-  if (w.zero_in_scale) {
-    *z = _mm256_and_si256(words, _mm256_set1_epi32(0xFF));
-    words = _mm256_andnot_si256(_mm256_set1_epi32(0xFF), words);
-  } else {
-    *z = _mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zeros_of(panel, group) + 8 * half)));
+  *z = _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zeros_of(panel, group) + 8 * half)));
+  if (w.scale_format == PackedLinear::ScaleFormat::f32) {
+    *s = _mm256_castsi256_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.words_of(panel, group) + 8 * half)));
+    return;
   }
-  *s = _mm256_castsi256_ps(words);
+  const __m128i halfs =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.halfs_of(panel, group) + 8 * half));
+  *s = w.scale_format == PackedLinear::ScaleFormat::f16
+           ? _mm256_cvtph_ps(halfs)
+           : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halfs), 16));
 }
 
 // (x[k], x[k+1]) as fp32, repeated over the 8 lanes (bf16 → fp32 is a 16-bit shift).

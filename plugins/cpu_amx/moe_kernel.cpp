@@ -38,11 +38,20 @@ enum class Projection { w13, w2 };
 
 using PackedExpert = sdk::portable::Expert<std::unique_ptr<PackedLinear>>;
 
-// Task sizes. Rows: a multiple of the tile kernels' 32-row padding and of the streaming kernels'
-// 4-row pass. Panels: even (the streaming kernels walk panel pairs), small enough that one hot
-// expert still splits into many tasks (load balance under skewed routing).
+// Row blocks of the GEMM work: a multiple of the tile kernels' 32-row padding and of the
+// streaming kernels' 4-row pass.
 constexpr int64_t kTaskRows = 64;
-constexpr int64_t kTaskPanels = 8;
+// Above this many routed rows per used expert, the GEMM work is cut into this many pieces per
+// thread and handed out dynamically (the AMX unit is shared and its speed flips); at or below it
+// (decode) each thread gets one contiguous piece: long weight streams, no task hand-offs.
+constexpr int64_t kStreamingRowsPerExpert = 2;
+constexpr int64_t kPiecesPerThread = 8;
+// A routed row costs about this fraction of streaming one panel's weights (balancing only).
+constexpr double kRowCostPerPanel = 1.0 / 8;
+// With gate and up panels interleaved, w13's GEMM runs in blocks of this many panels (an even
+// number: gate/up pairs) into a scratch buffer of kTaskRows × 16·kSiluPanels fp32 (128 KiB, L2),
+// and silu(gate)·up is applied there before the block leaves the cache.
+constexpr int64_t kSiluPanels = 32;
 // Tokens per task of the final per-token reduction.
 constexpr int64_t kCombineRows = 16;
 // Routed rows up to which activation preparation and the reduction run on the calling thread.
@@ -91,6 +100,71 @@ void run_tasks(tbb::task_arena& arena, int threads, int64_t count, const Fn& fn)
           for (int64_t i = r.begin(); i < r.end(); ++i) fn(i);
         },
         tbb::simple_partitioner());
+  });
+}
+
+// One (expert, row block, panel range) segment of a projection.
+struct GemmTask {
+  int32_t expert;
+  int64_t m0, m1, p0, p1;
+};
+
+// A projection's GEMM work as `count` pieces of about equal cost, each a run of segments in
+// (expert, row block, panel) order, cut on even panels (the streaming kernels walk panel pairs).
+// One hot expert is cut across pieces like any other (skewed routing stays balanced). Which piece
+// computes an element never changes its value, so the plan is free to depend on the thread count.
+struct Unit {
+  int32_t expert;
+  int64_t m0, m1, panels;
+  double cost;  // per panel
+};
+std::vector<std::vector<GemmTask>> split_pieces(const std::vector<Unit>& units, int64_t count) {
+  std::vector<std::vector<GemmTask>> pieces(size_t(std::max<int64_t>(1, count)));
+  const int64_t last = int64_t(pieces.size()) - 1;
+  double total = 0;
+  for (const Unit& u : units) total += u.cost * double(u.panels);
+  const double per = total / double(pieces.size());
+  double done = 0;
+  int64_t piece = 0;
+  for (const Unit& u : units) {
+    int64_t p = 0;
+    while (p < u.panels) {
+      int64_t take = u.panels - p;
+      if (piece < last) {
+        int64_t fit = int64_t(std::llround((per * double(piece + 1) - done) / u.cost));
+        fit += fit & 1;
+        if (fit <= 0) {
+          ++piece;
+          continue;
+        }
+        take = std::min(take, fit);
+      }
+      pieces[size_t(piece)].push_back(GemmTask{u.expert, u.m0, u.m1, p, p + take});
+      done += u.cost * double(take);
+      p += take;
+      if (piece < last && done >= per * double(piece + 1)) ++piece;
+    }
+  }
+  return pieces;
+}
+
+// Run the pieces: one per thread statically (streaming), or handed out dynamically.
+template <class Fn>
+void run_pieces(tbb::task_arena& arena, int threads, bool one_per_thread, int64_t count,
+                const Fn& fn) {
+  if (count <= 0) return;
+  if (threads <= 1 || count == 1) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  arena.execute([&] {
+    auto body = [&](const tbb::blocked_range<int64_t>& r) {
+      for (int64_t i = r.begin(); i < r.end(); ++i) fn(i);
+    };
+    if (one_per_thread)
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1), body, tbb::static_partitioner());
+    else
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1), body, tbb::simple_partitioner());
   });
 }
 
@@ -157,23 +231,47 @@ void store_row(const sdk::Matrix& y, int64_t m, const float* v) {
   }
 }
 
-// One (expert, row block, panel block) unit of a projection.
-struct GemmTask {
-  int32_t expert;
-  int64_t m0, m1, p0, p1;
-};
-
 // One (expert, padded row block) unit of activation preparation.
 struct RowTask {
   int32_t expert;
   int64_t m0, m1;
 };
 
+float silu_times(float gate, float up) { return gate / (1.f + std::exp(-gate)) * up; }
+
+// w13 ([2I][K], gate rows first) packed with its output columns reordered so that panel 2i holds
+// gate columns [16i, 16i + 16) and panel 2i + 1 the up columns of the same h columns: any
+// even-aligned panel range then computes whole columns of h = silu(gate)·up. A pure permutation
+// of columns, so every value is computed exactly as without it. Needs I % 16 == 0.
+std::unique_ptr<PackedLinear> pack_w13_interleaved(const sdk::QuantWeight& w13, int threads) {
+  const nibble_canonical_weight& r = w13.raw();
+  const int64_t K = r.K, N = r.N, I = N / 2, G = r.num_groups;
+  const size_t sb = sdk::dtype_bytes(r.scales_dtype);
+  std::vector<uint8_t> q(size_t(N) * size_t(K)), zeros(size_t(G * N)), scales(size_t(G * N) * sb);
+  const auto* src_scales = static_cast<const uint8_t*>(r.scales);
+  for (int64_t j = 0; j < N; ++j) {
+    const int64_t pair = j / (2 * kPanel), c = j % (2 * kPanel);
+    const int64_t src = c < kPanel ? kPanel * pair + c : I + kPanel * pair + (c - kPanel);
+    std::memcpy(q.data() + size_t(j * K), r.q + size_t(src * K), size_t(K));
+    for (int64_t g = 0; g < G; ++g) {
+      zeros[size_t(g * N + j)] = r.zeros[size_t(g * N + src)];
+      std::memcpy(scales.data() + size_t(g * N + j) * sb, src_scales + size_t(g * N + src) * sb,
+                  sb);
+    }
+  }
+  nibble_canonical_weight v = r;
+  v.q = q.data();
+  v.scales = scales.data();
+  v.zeros = zeros.data();
+  return pack_linear(sdk::QuantWeight(v, "w13 (gate/up interleaved)"), threads);
+}
+
 class MoePrepared final : public sdk::Prepared {
  public:
   MoePrepared(Mode mode, std::vector<PackedExpert> experts, int64_t K, int64_t I, int64_t top_k,
-              IsaLevel level)
-      : mode_(mode),
+              IsaLevel level, bool interleaved)
+      : interleaved_(interleaved),
+        mode_(mode),
         experts_(std::move(experts)),
         K_(K),
         I_(I),
@@ -188,6 +286,7 @@ class MoePrepared final : public sdk::Prepared {
       const auto& c2 = mode_ == Mode::a16 ? e.w2->a16_chunks : e.w2->a8_chunks;
       chunks13_ = std::max(chunks13_, int64_t(c13.size()));
       chunks2_ = std::max(chunks2_, int64_t(c2.size()));
+      shared13_ = shared13_ && same_activation_layout(*experts_[0].w13, *e.w13);
     }
   }
 
@@ -215,9 +314,11 @@ class MoePrepared final : public sdk::Prepared {
     char* ws = static_cast<char*>(exec.workspace);
     const sdk::Matrix& x = args.x;
     const size_t xb = sdk::dtype_bytes(x.dtype);
-    char* gathered = ws + lay.gathered_x;                         // [rows][K] in x's dtype
-    float* gate_up = reinterpret_cast<float*>(ws + lay.gate_up);  // [rows][2I]; h replaces gate
-    float* down = reinterpret_cast<float*>(ws + lay.down);        // [rows][K]
+    char* gathered = ws + lay.gathered_x;  // [rows][K] in x's dtype
+    // Interleaved: h [rows][I]. Otherwise gate/up [rows][2I], h written over the gate half.
+    float* gate_up = reinterpret_cast<float*>(ws + lay.gate_up);
+    const int64_t h_stride = interleaved_ ? I_ : 2 * I_;
+    float* down = reinterpret_cast<float*>(ws + lay.down);  // [rows][K]
     char* act = ws + lay.activations;
 
     auto rows_of = [&](int64_t e) { return s.begin[size_t(e) + 1] - s.begin[size_t(e)]; };
@@ -245,17 +346,18 @@ class MoePrepared final : public sdk::Prepared {
           t.push_back(RowTask{int32_t(e), m0, m0 + kRowPad});
       return t;
     };
-    auto gemm_tasks = [&](Projection p) {
-      std::vector<GemmTask> t;
+    const bool streaming = s.rows <= kStreamingRowsPerExpert * s.experts_used;
+    auto gemm_pieces = [&](Projection p) {
+      std::vector<Unit> units;
       for (int64_t e = 0; e < E; ++e) {
         const int64_t n = rows_of(e);
-        const int64_t panels = weight_of(e, p).panels;
-        for (int64_t m0 = 0; m0 < n; m0 += kTaskRows)
-          for (int64_t p0 = 0; p0 < panels; p0 += kTaskPanels)
-            t.push_back(GemmTask{int32_t(e), m0, std::min(n, m0 + kTaskRows), p0,
-                                 std::min(panels, p0 + kTaskPanels)});
+        for (int64_t m0 = 0; m0 < n; m0 += kTaskRows) {
+          const int64_t m1 = std::min(n, m0 + kTaskRows);
+          units.push_back(Unit{int32_t(e), m0, m1, weight_of(e, p).panels,
+                               1.0 + kRowCostPerPanel * double(m1 - m0)});
+        }
       }
-      return t;
+      return split_pieces(units, streaming ? threads : threads * kPiecesPerThread);
     };
     // Fill rows [m0, m1) of expert e's activation buffer for one projection from `in`.
     auto fill = [&](const sdk::Matrix& in, const PackedLinear& w, char* buffer, int64_t n,
@@ -267,21 +369,60 @@ class MoePrepared final : public sdk::Prepared {
     };
     // One projection's GEMM tasks into fp32 rows of `out` (row stride ld).
     auto project = [&](Projection p, const std::vector<size_t>& off, float* out, int64_t ld) {
-      const std::vector<GemmTask> tasks = gemm_tasks(p);
-      run_tasks(arena, threads, int64_t(tasks.size()), [&](int64_t i) {
-        const GemmTask& t = tasks[size_t(i)];
-        const int64_t n = rows_of(t.expert);
-        const PackedLinear& w = weight_of(t.expert, p);
-        OutputView y{reinterpret_cast<char*>(out + s.begin[size_t(t.expert)] * ld), ld,
-                     sdk::dtype_f32(), w.N};
-        const bool large = level_ == IsaLevel::amx && n > small_m_;
-        char* buffer = act + off[size_t(t.expert)];
-        if (mode_ == Mode::a16) {
-          A16Call call{&w, a16_view(w, n, buffer), y, n};
-          (large ? kernels_.a16_large : kernels_.a16_small)(call, t.m0, t.m1, t.p0, t.p1);
-        } else {
-          A8Call call{&w, a8_view(w, n, buffer), y, n};
-          (large ? kernels_.a8_large : kernels_.a8_small)(call, t.m0, t.m1, t.p0, t.p1);
+      const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(p);
+      run_pieces(arena, threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
+        for (const GemmTask& t : pieces[size_t(i)]) {
+          const int64_t n = rows_of(t.expert);
+          const PackedLinear& w = weight_of(t.expert, p);
+          OutputView y{reinterpret_cast<char*>(out + s.begin[size_t(t.expert)] * ld), ld,
+                       sdk::dtype_f32(), w.N};
+          const bool large = level_ == IsaLevel::amx && n > small_m_;
+          char* buffer = act + off[size_t(t.expert)];
+          if (mode_ == Mode::a16) {
+            A16Call call{&w, a16_view(w, n, buffer), y, n};
+            (large ? kernels_.a16_large : kernels_.a16_small)(call, t.m0, t.m1, t.p0, t.p1);
+          } else {
+            A8Call call{&w, a8_view(w, n, buffer), y, n};
+            (large ? kernels_.a8_large : kernels_.a8_small)(call, t.m0, t.m1, t.p0, t.p1);
+          }
+        }
+      });
+    };
+
+    // w13's GEMM with silu(gate)·up applied to each block while it is in cache: h [rows][I].
+    auto project_w13_silu = [&](const std::vector<size_t>& off, float* h) {
+      const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(Projection::w13);
+      run_pieces(arena, threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
+        std::vector<float> scratch(size_t(kTaskRows * kSiluPanels * kPanel));
+        for (const GemmTask& t : pieces[size_t(i)]) {
+          const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
+          const PackedLinear& w = *experts_[size_t(t.expert)].w13;
+          const bool large = level_ == IsaLevel::amx && n > small_m_;
+          char* buffer = act + off[size_t(t.expert)];
+          for (int64_t pb = t.p0; pb < t.p1; pb += kSiluPanels) {
+            const int64_t pe = std::min(t.p1, pb + kSiluPanels), ld = (pe - pb) * kPanel;
+            OutputView y{reinterpret_cast<char*>(scratch.data()),
+                         ld,
+                         sdk::dtype_f32(),
+                         w.N,
+                         t.m0,
+                         pb * kPanel};
+            if (mode_ == Mode::a16) {
+              A16Call call{&w, a16_view(w, n, buffer), y, n};
+              (large ? kernels_.a16_large : kernels_.a16_small)(call, t.m0, t.m1, pb, pe);
+            } else {
+              A8Call call{&w, a8_view(w, n, buffer), y, n};
+              (large ? kernels_.a8_large : kernels_.a8_small)(call, t.m0, t.m1, pb, pe);
+            }
+            for (int64_t m = t.m0; m < t.m1; ++m) {
+              const float* v = scratch.data() + (m - t.m0) * ld;
+              float* out = h + (base + m) * I_ + pb / 2 * kPanel;
+              for (int64_t pair = 0; pair < (pe - pb) / 2; ++pair)
+                for (int c = 0; c < kPanel; ++c)
+                  out[pair * kPanel + c] =
+                      silu_times(v[2 * pair * kPanel + c], v[(2 * pair + 1) * kPanel + c]);
+            }
+          }
         }
       });
     };
@@ -292,33 +433,57 @@ class MoePrepared final : public sdk::Prepared {
     const int row_threads = s.rows <= kInlineRows ? 1 : threads;
     {
       const std::vector<size_t> off = activation_offsets(Projection::w13);
-      run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
-        const RowTask& t = fills[size_t(i)];
-        const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
-        for (int64_t m = t.m0; m < std::min(t.m1, n); ++m)
-          std::memcpy(gathered + size_t(base + m) * size_t(K_) * xb,
-                      x.row<char>(s.row_token[size_t(base + m)]), size_t(K_) * xb);
-        sdk::Matrix xe{gathered + size_t(base) * size_t(K_) * xb, x.dtype, n, K_, K_};
-        fill(xe, weight_of(t.expert, Projection::w13), act + off[size_t(t.expert)], n, t.m0, t.m1);
-      });
-      // 2. gate and up for every routed row, fp32.
-      project(Projection::w13, off, gate_up, 2 * I_);
+      if (shared13_) {
+        // Every w13 takes the same slot layout: convert (A16) or quantize (A8) each token once,
+        // then copy its prepared row to each expert it is routed to.
+        const PackedLinear& w0 = *experts_[0].w13;
+        char* tokens = ws + lay.tokens;
+        run_tasks(arena, row_threads, (M + kRowPad - 1) / kRowPad, [&](int64_t b) {
+          fill(x, w0, tokens, M, b * kRowPad, std::min(M, (b + 1) * kRowPad));
+        });
+        run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
+          const RowTask& t = fills[size_t(i)];
+          const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
+          const PackedLinear& w = weight_of(t.expert, Projection::w13);
+          const int64_t* source = s.row_token.data() + base;
+          char* buffer = act + off[size_t(t.expert)];
+          if (mode_ == Mode::a16)
+            a16_gather(a16_view(w0, M, tokens), source, n, a16_view(w, n, buffer), t.m0, t.m1);
+          else
+            a8_gather(a8_view(w0, M, tokens), source, n, a8_view(w, n, buffer), t.m0, t.m1);
+        });
+      } else {
+        // Per-expert slot layouts (act-order with different permutations): per-expert fills.
+        run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
+          const RowTask& t = fills[size_t(i)];
+          const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
+          for (int64_t m = t.m0; m < std::min(t.m1, n); ++m)
+            std::memcpy(gathered + size_t(base + m) * size_t(K_) * xb,
+                        x.row<char>(s.row_token[size_t(base + m)]), size_t(K_) * xb);
+          sdk::Matrix xe{gathered + size_t(base) * size_t(K_) * xb, x.dtype, n, K_, K_};
+          fill(xe, weight_of(t.expert, Projection::w13), act + off[size_t(t.expert)], n, t.m0,
+               t.m1);
+        });
+      }
+      // 2. gate and up for every routed row, fp32 (and h, when the panels are interleaved).
+      if (interleaved_)
+        project_w13_silu(off, gate_up);
+      else
+        project(Projection::w13, off, gate_up, 2 * I_);
     }
-    // 3. h = silu(gate) · up in fp32 (over the gate half, in place), prepared for w2.
+    // 3. h = silu(gate) · up in fp32 (unless step 2 made it), prepared for w2.
     {
       const std::vector<size_t> off = activation_offsets(Projection::w2);
       run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
         const RowTask& t = fills[size_t(i)];
         const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
-        for (int64_t m = t.m0; m < std::min(t.m1, n); ++m) {
-          float* g = gate_up + (base + m) * 2 * I_;
-          for (int64_t c = 0; c < I_; ++c) {
-            const float gate = g[c];
-            g[c] = gate / (1.f + std::exp(-gate)) * g[I_ + c];
+        if (!interleaved_)
+          for (int64_t m = t.m0; m < std::min(t.m1, n); ++m) {
+            float* g = gate_up + (base + m) * 2 * I_;
+            for (int64_t c = 0; c < I_; ++c) g[c] = silu_times(g[c], g[I_ + c]);
           }
-        }
-        sdk::Matrix he{reinterpret_cast<char*>(gate_up + base * 2 * I_), sdk::dtype_f32(), n, I_,
-                       2 * I_};
+        sdk::Matrix he{reinterpret_cast<char*>(gate_up + base * h_stride), sdk::dtype_f32(), n, I_,
+                       h_stride};
         fill(he, weight_of(t.expert, Projection::w2), act + off[size_t(t.expert)], n, t.m0, t.m1);
       });
       // 4. The down projection, fp32.
@@ -345,17 +510,24 @@ class MoePrepared final : public sdk::Prepared {
  private:
   // Workspace regions for M tokens (offsets in bytes, each 64-byte aligned).
   struct Layout {
-    size_t gathered_x = 0, gate_up = 0, down = 0, activations = 0, activation_bytes = 0, total = 0;
+    size_t gathered_x = 0, tokens = 0, gate_up = 0, down = 0, activations = 0, activation_bytes = 0,
+           total = 0;
   };
   Layout layout(int64_t M) const {
     const int64_t rows = M * top_k_;
     const int64_t used = std::min<int64_t>(rows, int64_t(experts_.size()));
     Layout l;
     size_t at = 0;
-    l.gathered_x = at;
-    at += align64(size_t(rows) * size_t(K_) * sizeof(float));  // room for the widest x dtype
-    l.gate_up = at;
-    at += align64(size_t(rows) * size_t(2 * I_) * sizeof(float));
+    if (shared13_) {  // the tokens prepared once for every w13
+      const PackedLinear& w0 = *experts_[0].w13;
+      l.tokens = at;
+      at += align64(mode_ == Mode::a16 ? a16_workspace_bytes(w0, M) : a8_workspace_bytes(w0, M));
+    } else {  // each expert's rows gathered in x's dtype, then prepared per expert
+      l.gathered_x = at;
+      at += align64(size_t(rows) * size_t(K_) * sizeof(float));  // room for the widest x dtype
+    }
+    l.gate_up = at;  // h alone when gate/up are interleaved
+    at += align64(size_t(rows) * size_t((interleaved_ ? 1 : 2) * I_) * sizeof(float));
     l.down = at;
     at += align64(size_t(rows) * size_t(K_) * sizeof(float));
     l.activations = at;
@@ -367,6 +539,7 @@ class MoePrepared final : public sdk::Prepared {
     return l;
   }
 
+  bool interleaved_;  ///< w13's gate and up panels alternate (pack_w13_interleaved)
   Mode mode_;
   std::vector<PackedExpert> experts_;
   int64_t K_, I_, top_k_;
@@ -374,6 +547,7 @@ class MoePrepared final : public sdk::Prepared {
   MicroKernels kernels_;
   int64_t small_m_;
   int64_t kp13_ = 0, kp2_ = 0, chunks13_ = 0, chunks2_ = 0;
+  bool shared13_ = true;  ///< every expert's w13 takes the same activation slot layout
 };
 
 class MoeKernel final : public sdk::Kernel {
@@ -441,11 +615,15 @@ class MoeKernel final : public sdk::Kernel {
     const IsaDecision isa = decide_isa();
     const int threads = sdk::Host::thread_budget();
     // One expert's canonical form alive at a time: fetch, pack both projections, give back.
+    const bool interleave = d.N % kPanel == 0;
     auto experts = sdk::portable::prepare_experts<std::unique_ptr<PackedLinear>>(
         d, *in.experts, [&](const sdk::QuantWeight& w13, const sdk::QuantWeight& w2) {
-          return PackedExpert{pack_linear(w13, threads), pack_linear(w2, threads)};
+          return PackedExpert{
+              interleave ? pack_w13_interleaved(w13, threads) : pack_linear(w13, threads),
+              pack_linear(w2, threads)};
         });
-    return std::make_unique<MoePrepared>(mode_, std::move(experts), d.K, d.N, d.top_k, isa.level);
+    return std::make_unique<MoePrepared>(mode_, std::move(experts), d.K, d.N, d.top_k, isa.level,
+                                         interleave);
   }
 
  private:

@@ -11,7 +11,7 @@
 namespace nibble::cpu_amx {
 
 size_t PackedLinear::bytes() const {
-  return q.bytes() + scale_words.bytes() + zeros.bytes() + bias.bytes() +
+  return q.bytes() + scale_halfs.bytes() + scale_words.bytes() + zeros.bytes() + bias.bytes() +
          slot_source.size() * sizeof(int32_t) + runs.size() * sizeof(Run) +
          (a16_chunks.size() + a8_chunks.size()) * sizeof(Chunk) + sizeof(PackedLinear);
 }
@@ -87,6 +87,7 @@ void pack_panel(const sdk::QuantWeight& w, PackedLinear& p, int64_t panel,
                 const std::vector<int32_t>& slot_source, std::vector<uint8_t>& rows) {
   const int64_t K = w.K(), N = w.N(), Kp = p.Kp;
   const uint8_t* q = w.raw().q;
+  const auto* scales = static_cast<const uint8_t*>(w.raw().scales);
   rows.resize(size_t(kPanel * Kp));
   // Without padding slots the runs cover every slot of a real column.
   const bool gaps = p.runs.empty() || Kp != K;
@@ -128,14 +129,15 @@ void pack_panel(const sdk::QuantWeight& w, PackedLinear& p, int64_t panel,
     for (int c = 0; c < kPanel; ++c) {
       const int64_t n = panel * kPanel + c;
       const size_t at = size_t(panel * p.groups + g) * kPanel + size_t(c);
-      float s = n < N ? w.scale(g, n) : 0.f;  // padded columns: scale 0, they compute 0
-      uint8_t z = n < N ? w.zero(g, n) : 0;
-      uint32_t word = sdk::float_bits(s);
-      if (p.zero_in_scale)
-        word = (word & ~0xFFu) | z;
-      else
-        p.zeros[at] = z;
-      p.scale_words[at] = word;
+      // Padded columns: scale 0 (all dtypes' zero is all-zero bits), so they compute 0.
+      p.zeros[at] = n < N ? w.zero(g, n) : 0;
+      if (p.scale_format == PackedLinear::ScaleFormat::f32) {
+        p.scale_words[at] = n < N ? sdk::float_bits(w.scale(g, n)) : 0u;
+      } else {
+        uint16_t bits = 0;
+        if (n < N) std::memcpy(&bits, scales + (size_t(g) * size_t(N) + size_t(n)) * 2, 2);
+        p.scale_halfs[at] = bits;
+      }
     }
 }
 
@@ -150,8 +152,10 @@ std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads
   p->groups = w.num_groups();
   p->Np = (w.N() + kPanel - 1) / kPanel * kPanel;
   p->panels = p->Np / kPanel;
-  // f16 and bf16 widen to fp32 with at least 13 trailing zero mantissa bits: room for the zero.
-  p->zero_in_scale = w.raw().scales_dtype.bits == 16;
+  const DLDataType sd = w.raw().scales_dtype;
+  p->scale_format = sd.bits == 32          ? PackedLinear::ScaleFormat::f32
+                    : sd.code == kDLBfloat ? PackedLinear::ScaleFormat::bf16
+                                           : PackedLinear::ScaleFormat::f16;
   const int max_zero = w.bits() == 4 ? 16 : 255;  // 4-bit: GPTQ v1's stored 0xF decodes to 16
   for (int64_t g = 0; g < w.num_groups(); ++g)
     for (int64_t n = 0; n < w.N(); ++n)
@@ -162,8 +166,12 @@ std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads
                                                       std::to_string(max_zero));
   lay_out_inputs(w, *p);
   p->q = AlignedArray<uint8_t>(size_t(p->panels * p->ktiles * p->planes) * kTileBytes, false);
-  p->scale_words = AlignedArray<uint32_t>(size_t(p->panels * p->groups) * kPanel);
-  if (!p->zero_in_scale) p->zeros = AlignedArray<uint8_t>(size_t(p->panels * p->groups) * kPanel);
+  const size_t scale_count = size_t(p->panels * p->groups) * kPanel;
+  if (p->scale_format == PackedLinear::ScaleFormat::f32)
+    p->scale_words = AlignedArray<uint32_t>(scale_count);
+  else
+    p->scale_halfs = AlignedArray<uint16_t>(scale_count);
+  p->zeros = AlignedArray<uint8_t>(scale_count);
   if (w.has_bias()) {
     p->bias = AlignedArray<float>(size_t(p->Np));
     for (int64_t n = 0; n < w.N(); ++n) p->bias[size_t(n)] = w.bias(n);

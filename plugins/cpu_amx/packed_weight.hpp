@@ -12,10 +12,10 @@
 //    of 64 bytes = 32 little-endian 16-bit words; word j is column j/2, k-parity j%2, and its
 //    nibble s holds input slot 8*sub + 2*s + j%2. Nibble s of every word, OR-ed into 0x4300, is one
 //    bf16 AMX/VDPBF16PS row (a k-pair × 16 columns) of value 128 + q — exact, one instruction.
-//  - Scales: fp32 words [panel][group][16]. f16/bf16 scales leave the low 13/16 mantissa bits of
-//    their fp32 form zero; the zero point (0..255) is kept in the low 8 bits there, and the kernels
-//    mask it off (scale stays exactly the checkpoint's value). f32 scales have no spare bits, so
-//    their zero points go to a separate uint8 array of the same shape.
+//  - Scales: [panel][group][16] in the checkpoint's own dtype (f16 and bf16 as 16-bit words, f32
+//    as 32-bit words), widened to fp32 in registers where they are used (exact: every f16/bf16
+//    value is an fp32 value), so the arithmetic is fp32 and a 4-bit group-32 weight stays within
+//    1.03x of its checkpoint bytes. Zero points: uint8 [panel][group][16].
 #pragma once
 
 #include <nibble/sdk/plugin.hpp>
@@ -79,11 +79,13 @@ struct PackedLinear {
   int64_t Np = 0;        ///< N rounded up to a panel
   int64_t panels = 0, ktiles = 0, groups = 0;
   int bits = 4, planes = 1;
-  bool zero_in_scale = true;           ///< zero points live in the scale words' low 8 bits
-  AlignedArray<uint8_t> q;             ///< [panel][ktile][plane][256]
-  AlignedArray<uint32_t> scale_words;  ///< [panel][group][16]
-  AlignedArray<uint8_t> zeros;         ///< [panel][group][16] when !zero_in_scale
-  AlignedArray<float> bias;            ///< [Np] or empty
+  enum class ScaleFormat : uint8_t { f16, bf16, f32 };
+  ScaleFormat scale_format = ScaleFormat::f16;  ///< the checkpoint's scale dtype, kept as is
+  AlignedArray<uint8_t> q;                      ///< [panel][ktile][plane][256]
+  AlignedArray<uint16_t> scale_halfs;           ///< [panel][group][16] for f16/bf16 scales
+  AlignedArray<uint32_t> scale_words;           ///< [panel][group][16] for f32 scales
+  AlignedArray<uint8_t> zeros;                  ///< [panel][group][16]
+  AlignedArray<float> bias;                     ///< [Np] or empty
   /// How activations fill the slots. Without act-order a few contiguous runs (slots [dst, dst+len)
   /// take channels [src, src+len)); with act-order, when runs would be short, `slot_source`
   /// instead (source channel of every slot, -1 for padding) and `runs` is empty.
@@ -100,11 +102,15 @@ struct PackedLinear {
   const uint8_t* tile(int64_t panel, int64_t ktile) const {
     return q.data() + size_t((panel * ktiles + ktile) * planes) * kTileBytes;
   }
-  const uint32_t* scales_of(int64_t panel, int64_t group) const {
+  /// The 16 scales of a panel's group: 16-bit words (f16/bf16) or fp32 bit patterns (f32).
+  const uint16_t* halfs_of(int64_t panel, int64_t group) const {
+    return scale_halfs.data() + size_t(panel * groups + group) * kPanel;
+  }
+  const uint32_t* words_of(int64_t panel, int64_t group) const {
     return scale_words.data() + size_t(panel * groups + group) * kPanel;
   }
   const uint8_t* zeros_of(int64_t panel, int64_t group) const {
-    return zero_in_scale ? nullptr : zeros.data() + size_t(panel * groups + group) * kPanel;
+    return zeros.data() + size_t(panel * groups + group) * kPanel;
   }
   /// Bytes held by the weight (everything allocated for it).
   size_t bytes() const;
