@@ -4,6 +4,7 @@
 // type, so every ratio compares numbers taken seconds apart. Prints a table; --json writes it all.
 #include "nibble_bench.hpp"
 
+#include "bench_common.hpp"
 #include "machine_limits.hpp"
 #include "onednn_baseline.hpp"
 #include "plugin_client.hpp"
@@ -31,35 +32,23 @@
 namespace nibble::bench {
 namespace {
 
-struct Options {
-  std::string plugin_dir;
-  std::string backend = "cpu_amx";
-  std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {4096, 4096}, {4096, 11008}, {11008, 4096}, {4096, 14336}};
-  std::vector<int64_t> rows = {1, 4, 16, 64, 256, 1024};
-  std::vector<std::string> modes = {"w4a16", "w4a8"};
-  int bits = 4, group = 128, threads = 2, rounds = 7;
-  double min_seconds = 0.3;
-  size_t cold_bytes = 0;  // 0: 2 × L3
-  bool onednn = true, warm = true;
-  std::string baseline = "npu_ref";  ///< a second backend timed in the same rounds ("none": off)
-  int64_t baseline_max_m = 64;       ///< reference backends are slow at large M
-  std::string json;
-  std::string report;  ///< directory for JSON, CSV and SVG charts
-  std::string from;    ///< draw the report from this earlier --json file instead of running
-};
-
 const char* kUsage =
     "usage: nibble bench [--plugin-dir DIR] [--backend NAME] [--shapes KxN,...] [--m 1,4,...]\n"
     "         [--modes w4a16,w4a8] [--bits 4|8] [--group G] [--threads T] [--rounds R]\n"
     "         [--min-seconds S] [--cold-mib MIB] [--no-onednn] [--no-warm] [--json FILE]\n"
     "         [--baseline NAME|none] [--baseline-max-m M] [--report DIR [--from FILE.json]]\n"
+    "         [--moe mixtral,qwen3,deepseek]\n"
     "Times the backend's quantized linear kernels against the machine's measured read\n"
     "bandwidth and AMX peaks and against oneDNN's bf16 matmul, interleaved, with cold weights\n"
     "(copies totalling at least twice the L3 cache unless --cold-mib says otherwise). A second\n"
     "backend (npu_ref by default) is timed in the same rounds for M up to --baseline-max-m (64).\n"
     "--report DIR writes results.json, results.csv, roofline.svg and speedup.svg; with --from it\n"
     "draws them from an earlier --json file without running anything.\n"
+    "--moe runs fused MoE layers instead (Mixtral-like: 8 experts, top-2, 4096/14336; Qwen3-like:\n"
+    "128, top-8, 2048/768; DeepSeek-like: 64, top-6, 2048/1408) against the bandwidth of the\n"
+    "routed experts, the AMX peak, a loop of the backend's linear calls per expert, and a loop of\n"
+    "oneDNN bf16 matmuls on the dequantized experts; EXPERTSxTOPKxHIDDENxINTERMEDIATE (e.g.\n"
+    "16x4x1024x512) names any other shape.\n"
     "example: nibble bench --shapes 4096x4096 --m 1,16,256 --report bench-report\n";
 
 std::vector<std::string> split(const std::string& s, char c) {
@@ -100,6 +89,8 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
           if (kn.size() != 2) throw std::runtime_error("shape " + s + " is not KxN");
           o.shapes.emplace_back(std::stoll(kn[0]), std::stoll(kn[1]));
         }
+      } else if (a == "--moe") {
+        o.moe = split(value(), ',');
       } else if (a == "--m") {
         o.rows.clear();
         for (auto& s : split(value(), ',')) o.rows.push_back(std::stoll(s));
@@ -148,37 +139,6 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
   return true;
 }
 
-struct Stats {
-  double median = 0, min = 0, max = 0;
-};
-Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.min = v.front();
-  s.max = v.back();
-  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  return s;
-}
-nlohmann::json to_json(const Stats& s) {
-  return {{"median", s.median}, {"min", s.min}, {"max", s.max}};
-}
-
-template <class F>
-double seconds_of(F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<uint16_t> v(static_cast<size_t>(n));
-  for (auto& x : v) x = sdk::f32_to_bf16(nd(rng));
-  return v;
-}
-
 int run(const Options& o) {
   const int mode_ids[2] = {NIBBLE_MODE_WEIGHT_ONLY, NIBBLE_MODE_DYNAMIC_INT8};
   Plugin plugin(o.plugin_dir, o.backend, o.threads);
@@ -204,13 +164,7 @@ int run(const Options& o) {
   ReadBandwidth bandwidth(std::max<size_t>(cold, size_t(512) << 20), o.threads);
   bandwidth.sample();  // first touch done; warm the page tables
 
-  nlohmann::json out;
-  out["backend"] = o.backend;
-  out["probe"] = plugin.probe_detail();
-  out["threads"] = o.threads;
-  out["l3_bytes"] = l3;
-  out["cold_bytes"] = cold;
-  out["cases"] = nlohmann::json::array();
+  nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
   std::vector<double> all_bw, all_bf16, all_int8;
 
   std::printf("\n%-12s %5s %-6s %-11s %22s %8s %8s %7s %7s %22s %8s\n", "KxN", "M", "mode",
@@ -267,13 +221,7 @@ int run(const Options& o) {
           ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, o.threads,
                                                         ws_ref);
         std::vector<double> tk, td, ratio, bw, peak, tr, ratio_ref;
-        const auto case_start = std::chrono::steady_clock::now();
-        for (int r = 0;
-             r < o.rounds ||
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - case_start).count() <
-                 o.min_seconds;
-             ++r) {
-          if (r >= 200) break;
+        interleaved_rounds(o, bandwidth, amx, mode, bw, peak, [&] {
           const double a = seconds_of(
               [&] { layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, o.threads, ws); });
           tk.push_back(a);
@@ -290,13 +238,7 @@ int run(const Options& o) {
             tr.push_back(c);
             ratio_ref.push_back(c / a);
           }
-          if (r % 2 == 0) {
-            bw.push_back(bandwidth.sample());
-            if (amx)
-              peak.push_back(mode == NIBBLE_MODE_WEIGHT_ONLY ? amx_bf16_peak(o.threads, 0.01)
-                                                             : amx_int8_peak(o.threads, 0.01));
-          }
-        }
+        });
         std::vector<double> warm;
         if (o.warm) {
           layers[0]->forward(x.data(), y.data(), M, K, N, o.threads, ws);
@@ -364,6 +306,13 @@ int run(const Options& o) {
       }
     }
   }
+  return finish_run(out, o, all_bw, all_bf16, all_int8, amx);
+}
+
+}  // namespace
+
+int finish_run(nlohmann::json& out, const Options& o, const std::vector<double>& all_bw,
+               const std::vector<double>& all_bf16, const std::vector<double>& all_int8, bool amx) {
   out["read_gbps"] = to_json(stats(all_bw));
   if (amx) {
     out["amx_bf16_tflops"] = to_json(stats(all_bf16));
@@ -387,13 +336,13 @@ int run(const Options& o) {
   }
   if (!o.report.empty()) {
     write_report(out, o.report);
-    std::printf("report written to %s (results.json, results.csv, roofline.svg, speedup.svg)\n",
-                o.report.c_str());
+    std::printf("report written to %s (results.json, results.csv, roofline.svg%s)\n",
+                o.report.c_str(),
+                out.dump().find("speedup_onednn") != std::string::npos ? ", speedup.svg" : "");
   }
   return 0;
 }
 
-}  // namespace
 }  // namespace nibble::bench
 
 namespace nibble::bench {
@@ -442,7 +391,7 @@ int nibble_cmd_bench(int argc, char** argv) {
     }
   }
   try {
-    return nibble::bench::run(o);
+    return o.moe.empty() ? nibble::bench::run(o) : nibble::bench::run_moe(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble bench: %s\n", e.what());
     return 1;

@@ -75,12 +75,66 @@ nibble_layer_desc linear_desc(const CanonicalWeight& w, int mode) {
   return d;
 }
 
+nibble_layer_desc moe_desc(const MoeShape& s, const CanonicalWeight& w13, const CanonicalWeight& w2,
+                           int mode) {
+  nibble_layer_desc d = linear_desc(w13, mode);
+  d.op = NIBBLE_OP_MOE;
+  d.name = "bench.moe";
+  d.K = s.hidden;
+  d.N = s.intermediate;
+  d.num_experts = s.experts;
+  d.top_k = s.top_k;
+  d.activation = NIBBLE_ACT_SILU;
+  d.w2_group_size = w2.group_size;
+  d.max_zero = (1 << w13.bits) - 1;
+  d.w2_max_zero = (1 << w2.bits) - 1;
+  return d;
+}
+
 namespace {
 struct Err {
   nibble_error e{};
   Err() { e.struct_size = sizeof e; }
 };
 int32_t budget_of(void* ctx) { return *static_cast<int*>(ctx); }
+
+nibble_prepared* prepare_or_throw(const nibble_kernel* k, const nibble_layer_desc& d,
+                                  const nibble_weight_input& in) {
+  nibble_prepared* p = nullptr;
+  Err err;
+  if (k->prepare(k, &d, &in, &p, &err.e) != NIBBLE_OK)
+    throw std::runtime_error(std::string(k->name) + " prepare: " + err.e.message);
+  return p;
+}
+
+// A 2-D row-major CPU tensor over caller-owned data and shape.
+DLTensor tensor2d(const void* data, DLDataType dtype, int64_t* shape) {
+  DLTensor t{};
+  t.data = const_cast<void*>(data);
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = dtype;
+  t.shape = shape;
+  return t;
+}
+
+// One forward call with a 64-byte aligned workspace grown to what the kernel asks for M rows.
+void forward_or_throw(const nibble_kernel* k, nibble_prepared* p, const nibble_forward_args& a,
+                      int64_t M, int threads, std::vector<uint8_t>& workspace) {
+  Err err;
+  size_t ws = 0;
+  if (k->workspace_bytes(k, p, M, &ws, &err.e) != NIBBLE_OK)
+    throw std::runtime_error(std::string("workspace_bytes: ") + err.e.message);
+  if (workspace.size() < ws + 64) workspace.resize(ws + 64);
+  nibble_exec e{};
+  e.struct_size = sizeof e;
+  e.workspace = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(workspace.data()) + 63) &
+                                        ~uintptr_t(63));
+  e.workspace_size = ws;
+  e.num_threads = threads;
+  if (k->forward(k, p, &a, &e, &err.e) != NIBBLE_OK)
+    throw std::runtime_error(std::string(k->name) + " forward: " + err.e.message);
+}
 }  // namespace
 
 Plugin::Plugin(const std::string& dir, const std::string& name, int threads) : threads_(threads) {
@@ -111,13 +165,11 @@ std::string Plugin::probe_detail() const {
   return std::string(r.available ? "available: " : "unavailable: ") + r.detail;
 }
 
-const nibble_kernel* Plugin::linear_kernel(const CanonicalWeight& w, int mode,
-                                           std::string* why) const {
-  const nibble_layer_desc d = linear_desc(w, mode);
+const nibble_kernel* Plugin::best_kernel(const nibble_layer_desc& d, std::string* why) const {
   const nibble_kernel* best = nullptr;
   for (uint32_t i = 0; i < plugin_.kernel_count; ++i) {
     const nibble_kernel* k = plugin_.kernels[i];
-    if (k->op != NIBBLE_OP_LINEAR || k->numeric_mode != mode) continue;
+    if (k->op != d.op || k->numeric_mode != d.numeric_mode) continue;
     Err err;
     if (!k->can_implement(k, &d, &err.e)) {
       if (why) *why += std::string(k->name) + ": " + err.e.message + "; ";
@@ -128,6 +180,11 @@ const nibble_kernel* Plugin::linear_kernel(const CanonicalWeight& w, int mode,
   return best;
 }
 
+const nibble_kernel* Plugin::linear_kernel(const CanonicalWeight& w, int mode,
+                                           std::string* why) const {
+  return best_kernel(linear_desc(w, mode), why);
+}
+
 std::unique_ptr<PreparedLinear> Plugin::prepare(const nibble_kernel* k, const CanonicalWeight& w,
                                                 int mode) const {
   const nibble_layer_desc d = linear_desc(w, mode);
@@ -135,11 +192,65 @@ std::unique_ptr<PreparedLinear> Plugin::prepare(const nibble_kernel* k, const Ca
   nibble_weight_input in{};
   in.struct_size = sizeof in;
   in.quantized = &cw;
-  nibble_prepared* p = nullptr;
-  Err err;
-  if (k->prepare(k, &d, &in, &p, &err.e) != NIBBLE_OK)
-    throw std::runtime_error(std::string(k->name) + " prepare: " + err.e.message);
-  return std::make_unique<PreparedLinear>(k, p);
+  return std::make_unique<PreparedLinear>(k, prepare_or_throw(k, d, in));
+}
+
+const nibble_kernel* Plugin::moe_kernel(const MoeShape& s, const CanonicalWeight& w13,
+                                        const CanonicalWeight& w2, int mode,
+                                        std::string* why) const {
+  return best_kernel(moe_desc(s, w13, w2, mode), why);
+}
+
+namespace {
+// Hands the same two canonical weights out as every expert.
+struct SharedExperts {
+  nibble_canonical_weight w13, w2;
+  static nibble_status get(void* ctx, int32_t, nibble_canonical_weight* w13,
+                           nibble_canonical_weight* w2, nibble_error*) {
+    auto* self = static_cast<SharedExperts*>(ctx);
+    *w13 = self->w13;
+    *w2 = self->w2;
+    return NIBBLE_OK;
+  }
+  static void put(void*, int32_t) {}
+};
+}  // namespace
+
+std::unique_ptr<PreparedMoe> Plugin::prepare_moe(const nibble_kernel* k, const MoeShape& s,
+                                                 const CanonicalWeight& w13,
+                                                 const CanonicalWeight& w2, int mode) const {
+  const nibble_layer_desc d = moe_desc(s, w13, w2, mode);
+  SharedExperts shared{w13.view(), w2.view()};
+  nibble_moe_source src{};
+  src.struct_size = sizeof src;
+  src.num_experts = s.experts;
+  src.ctx = &shared;
+  src.get_expert = &SharedExperts::get;
+  src.put_expert = &SharedExperts::put;
+  nibble_weight_input in{};
+  in.struct_size = sizeof in;
+  in.experts = &src;
+  return std::make_unique<PreparedMoe>(k, prepare_or_throw(k, d, in));
+}
+
+PreparedMoe::~PreparedMoe() { k_->release(k_, p_); }
+
+size_t PreparedMoe::bytes() const { return k_->prepared_bytes ? k_->prepared_bytes(k_, p_) : 0; }
+
+void PreparedMoe::forward(const uint16_t* x, const int32_t* ids, const float* weights, uint16_t* y,
+                          int64_t M, int64_t K, int64_t top_k, int threads,
+                          std::vector<uint8_t>& workspace) const {
+  int64_t xs[2] = {M, K}, rs[2] = {M, top_k};
+  DLTensor xt = tensor2d(x, sdk::dtype_bf16(), xs), yt = tensor2d(y, sdk::dtype_bf16(), xs);
+  DLTensor it = tensor2d(ids, DLDataType{kDLInt, 32, 1}, rs);
+  DLTensor wt = tensor2d(weights, sdk::dtype_f32(), rs);
+  nibble_forward_args a{};
+  a.struct_size = sizeof a;
+  a.x = &xt;
+  a.y = &yt;
+  a.topk_ids = &it;
+  a.topk_weights = &wt;
+  forward_or_throw(k_, p_, a, M, threads, workspace);
 }
 
 PreparedLinear::~PreparedLinear() { k_->release(k_, p_); }
@@ -148,33 +259,13 @@ size_t PreparedLinear::bytes() const { return k_->prepared_bytes ? k_->prepared_
 
 void PreparedLinear::forward(const uint16_t* x, uint16_t* y, int64_t M, int64_t K, int64_t N,
                              int threads, std::vector<uint8_t>& workspace) const {
-  Err err;
-  size_t ws = 0;
-  if (k_->workspace_bytes(k_, p_, M, &ws, &err.e) != NIBBLE_OK)
-    throw std::runtime_error(std::string("workspace_bytes: ") + err.e.message);
-  if (workspace.size() < ws + 64) workspace.resize(ws + 64);
   int64_t xs[2] = {M, K}, ys[2] = {M, N};
-  DLTensor xt{};
-  xt.data = const_cast<uint16_t*>(x);
-  xt.device = DLDevice{kDLCPU, 0};
-  xt.ndim = 2;
-  xt.dtype = sdk::dtype_bf16();
-  xt.shape = xs;
-  DLTensor yt = xt;
-  yt.data = y;
-  yt.shape = ys;
+  DLTensor xt = tensor2d(x, sdk::dtype_bf16(), xs), yt = tensor2d(y, sdk::dtype_bf16(), ys);
   nibble_forward_args a{};
   a.struct_size = sizeof a;
   a.x = &xt;
   a.y = &yt;
-  nibble_exec e{};
-  e.struct_size = sizeof e;
-  e.workspace = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(workspace.data()) + 63) &
-                                        ~uintptr_t(63));
-  e.workspace_size = ws;
-  e.num_threads = threads;
-  if (k_->forward(k_, p_, &a, &e, &err.e) != NIBBLE_OK)
-    throw std::runtime_error(std::string(k_->name) + " forward: " + err.e.message);
+  forward_or_throw(k_, p_, a, M, threads, workspace);
 }
 
 }  // namespace nibble::bench

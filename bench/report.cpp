@@ -97,6 +97,12 @@ void legend(std::ostringstream& s, const Plot& p, int row, const std::string& co
     << y + 4 << "\" font-size=\"12\">" << esc(text) << "</text>\n";
 }
 
+// "KxN" for a linear case, the shape's name for a MoE case.
+std::string case_name(const nlohmann::json& c) {
+  if (c.contains("shape")) return "moe " + str(c, "shape");
+  return std::to_string(int64_t(num(c, "K"))) + "x" + std::to_string(int64_t(num(c, "N")));
+}
+
 }  // namespace
 
 std::string roofline_svg(const nlohmann::json& results) {
@@ -114,10 +120,11 @@ std::string roofline_svg(const nlohmann::json& results) {
     double K = num(c, "K"), N = num(c, "N"), M = num(c, "M"), bytes = num(c, "weight_bytes");
     double secs = num(c, "seconds");
     if (K <= 0 || N <= 0 || M <= 0 || bytes <= 0 || secs <= 0) continue;
-    double flops = 2 * M * K * N;
+    // MoE cases carry their own FLOP count (routed rows) and a shape name.
+    double flops = c.contains("flops") ? num(c, "flops") : 2 * M * K * N;
     Point p{flops / bytes, flops / secs / 1e9, str(c, "mode"),
-            str(c, "backend") + " " + str(c, "mode") + " " + std::to_string(int64_t(K)) + "x" +
-                std::to_string(int64_t(N)) + " M=" + std::to_string(int64_t(M))};
+            str(c, "backend") + " " + str(c, "mode") + " " + case_name(c) +
+                " M=" + std::to_string(int64_t(M))};
     pts.push_back(p);
     xmin = std::min(xmin, p.x);
     xmax = std::max(xmax, p.x);
@@ -169,8 +176,7 @@ std::string speedup_svg(const nlohmann::json& results) {
   for (const auto& c : cases) {
     double M = num(c, "M"), sp = num(c, "speedup_onednn");
     if (M <= 0 || sp <= 0) continue;
-    std::string series = std::to_string(int64_t(num(c, "K"))) + "x" +
-                         std::to_string(int64_t(num(c, "N"))) + " " + str(c, "mode");
+    std::string series = case_name(c) + " " + str(c, "mode");
     pts.push_back({M, sp, series});
     mmax = std::max(mmax, M);
     smin = std::min(smin, sp);

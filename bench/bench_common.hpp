@@ -1,0 +1,117 @@
+// What the linear and the MoE benches share: the command's options and the timing statistics.
+#pragma once
+
+#include "machine_limits.hpp"
+
+#include <nibble/sdk/plugin.h>
+#include <nibble/sdk/numeric.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nibble::bench {
+
+struct Options {
+  std::string plugin_dir;
+  std::string backend = "cpu_amx";
+  std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {4096, 4096}, {4096, 11008}, {11008, 4096}, {4096, 14336}};
+  std::vector<std::string> moe;  ///< MoE shapes to run instead of linear ones (moe_bench.cpp)
+  std::vector<int64_t> rows = {1, 4, 16, 64, 256, 1024};
+  std::vector<std::string> modes = {"w4a16", "w4a8"};
+  int bits = 4, group = 128, threads = 2, rounds = 7;
+  double min_seconds = 0.3;
+  size_t cold_bytes = 0;  // 0: 2 × L3
+  bool onednn = true, warm = true;
+  std::string baseline = "npu_ref";  ///< a second backend timed in the same rounds ("none": off)
+  int64_t baseline_max_m = 64;       ///< reference backends are slow at large M
+  std::string json;
+  std::string report;  ///< directory for JSON, CSV and SVG charts
+  std::string from;    ///< draw the report from this earlier --json file instead of running
+};
+
+/// Median, min and max of a sample.
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+inline Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.min = v.front();
+  s.max = v.back();
+  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return s;
+}
+inline nlohmann::json to_json(const Stats& s) {
+  return {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+}
+
+/// Wall-clock seconds of one call of f.
+template <class F>
+double seconds_of(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// n normal(0, 1) values rounded to bf16.
+inline std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = sdk::f32_to_bf16(nd(rng));
+  return v;
+}
+
+/// Runs `round()` at least o.rounds times and for at least o.min_seconds (200 rounds at most),
+/// and after every other round samples the read bandwidth and, where AMX is usable, the tile peak
+/// of the numeric mode: the limits are measured seconds apart from the timings they divide.
+template <class Round>
+void interleaved_rounds(const Options& o, const ReadBandwidth& bandwidth, bool amx, int mode,
+                        std::vector<double>& bw, std::vector<double>& peak, Round&& round) {
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (int r = 0; r < 200 && (r < o.rounds || elapsed() < o.min_seconds); ++r) {
+    round();
+    if (r % 2 == 0) {
+      bw.push_back(bandwidth.sample());
+      if (amx)
+        peak.push_back(mode == NIBBLE_MODE_WEIGHT_ONLY ? amx_bf16_peak(o.threads, 0.01)
+                                                       : amx_int8_peak(o.threads, 0.01));
+    }
+  }
+}
+
+/// The JSON of a run before its cases: backend, probe, threads, cache and cold-rotation sizes.
+inline nlohmann::json run_header(const Options& o, const std::string& probe, size_t l3,
+                                 size_t cold) {
+  nlohmann::json out;
+  out["backend"] = o.backend;
+  out["probe"] = probe;
+  out["threads"] = o.threads;
+  out["l3_bytes"] = l3;
+  out["cold_bytes"] = cold;
+  out["cases"] = nlohmann::json::array();
+  return out;
+}
+
+/// The end of a run: the machine's limits over the run into `out` and on stdout, then the JSON
+/// file and the report when the options ask for them. Returns the process exit code.
+int finish_run(nlohmann::json& out, const Options& o, const std::vector<double>& bandwidth,
+               const std::vector<double>& bf16_peaks, const std::vector<double>& int8_peaks,
+               bool amx);
+
+/// The MoE bench (moe_bench.cpp): o.moe names the shapes.
+int run_moe(const Options& o);
+
+}  // namespace nibble::bench

@@ -1,0 +1,65 @@
+// `nibble bench --moe` end to end on a small layer: every case is timed against the loop of
+// linear calls and oneDNN, the fused output agrees with the loop's, and the JSON holds the ratios.
+#include "nibble_bench.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int bench(std::vector<std::string> args) {
+  // oneDNN's OpenMP must not spin; set here so the bench does not re-execute this test binary.
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  args.insert(args.begin(), "bench");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return nibble_cmd_bench(int(argv.size()), argv.data());
+}
+
+TEST(MoeBench, TimesFusedLoopAndOnednnAndTheirOutputsAgree) {
+  const fs::path json = fs::temp_directory_path() / "nibble_moe_bench_test.json";
+  fs::remove(json);
+  ASSERT_EQ(bench({"--plugin-dir", NIBBLE_PLUGIN_BUILD_DIR, "--moe", "8x2x256x128,6x3x128x96",
+                   "--m", "1,5,40", "--rounds", "3", "--min-seconds", "0", "--cold-mib", "4",
+                   "--json", json.string()}),
+            0);
+  std::ifstream f(json);
+  const nlohmann::json out = nlohmann::json::parse(f);
+  ASSERT_EQ(out.at("cases").size(), 2u * 3u * 2u);  // shapes × M × modes
+  for (const auto& c : out.at("cases")) {
+    const std::string what = c.at("shape").get<std::string>() +
+                             " M=" + std::to_string(c.at("M").get<int>()) + " " +
+                             c.at("mode").get<std::string>();
+    EXPECT_EQ(c.at("kind"), "moe");
+    EXPECT_GT(c.at("seconds").at("median").get<double>(), 0) << what;
+    EXPECT_GT(c.at("speedup_loop").at("median").get<double>(), 0) << what;
+    EXPECT_GT(c.at("speedup_onednn").at("median").get<double>(), 0) << what;
+    EXPECT_GE(c.at("layer_copies").get<int>(), 2) << what;
+    // Same weights, same routing: the fused kernel and the loop of linear calls agree (rms of
+    // the difference over rms) within their numeric modes: the loop rounds gate/up and h to
+    // bf16; W4A8 quantizes h per row. A wrong expert or slot would be off by ~100 %.
+    const double bound = c.at("mode") == "w4a16" ? 1e-2 : 4e-2;
+    EXPECT_LT(c.at("loop_relative_difference").get<double>(), bound) << what;
+    // Prepared experts stay within 1.05 × the checkpoint's packed bytes.
+    EXPECT_LE(c.at("prepared_over_checkpoint").get<double>(), 1.05) << what;
+    EXPECT_GT(c.at("prepared_over_checkpoint").get<double>(), 0.9) << what;
+  }
+  fs::remove(json);
+}
+
+TEST(MoeBench, RefusesAnUnknownShapeByName) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(bench({"--plugin-dir", NIBBLE_PLUGIN_BUILD_DIR, "--moe", "8x9x64x64"}), 1);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("unknown shape 8x9x64x64"), std::string::npos) << err;
+}
+
+}  // namespace
