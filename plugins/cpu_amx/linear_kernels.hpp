@@ -13,6 +13,8 @@ namespace nibble::cpu_amx {
 std::unique_ptr<sdk::Kernel> make_linear_a16_kernel();
 std::unique_ptr<sdk::Kernel> make_linear_a8_kernel();
 std::unique_ptr<sdk::Kernel> make_dense_onednn_kernel();
+/// Dense layers up to 64 MiB in fp32 (routers) through oneDNN's fp32 matmul.
+std::unique_ptr<sdk::Kernel> make_dense_onednn_f32_kernel();
 
 /// The process-wide oneTBB arena of `threads` threads (created on first use).
 tbb::task_arena& arena_for(int threads);

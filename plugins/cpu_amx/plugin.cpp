@@ -40,6 +40,7 @@ class CpuAmxBackend final : public sdk::Backend {
     std::vector<std::unique_ptr<sdk::Kernel>> k;
     k.push_back(make_linear_a16_kernel());
     k.push_back(make_linear_a8_kernel());
+    k.push_back(make_dense_onednn_f32_kernel());
     k.push_back(make_dense_onednn_kernel());
     k.push_back(make_moe_a16_kernel());
     k.push_back(make_moe_a8_kernel());

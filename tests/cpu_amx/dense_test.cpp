@@ -1,16 +1,20 @@
-// dense_onednn: unquantized linear layers (routers, modules_to_not_convert) through oneDNN bf16,
-// against float64 on f32/f16/bf16 weights and activations, bias on/off, ragged shapes.
+// dense_onednn (bf16) and dense_onednn_f32 (routers): unquantized linear layers through oneDNN,
+// against float64 on f32/f16/bf16 weights and activations, bias on/off, ragged shapes, each
+// within the bound it declares for the activation dtype.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "cpu_amx_test_util.hpp"
+#include "kernel_runs.hpp"
 
 namespace nibble::test {
 namespace {
 
-TEST(CpuAmxDense, MatchesFloat64) {
-  const nibble_kernel* k = cpu_amx().kernel("dense_onednn");
+class CpuAmxDense : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CpuAmxDense, MatchesFloat64) {
+  const nibble_kernel* k = cpu_amx().kernel(GetParam());
   ASSERT_NE(k, nullptr);
   const DLDataType dtypes[] = {sdk::dtype_f32(), sdk::dtype_f16(), sdk::dtype_bf16()};
   struct Shape {
@@ -71,13 +75,46 @@ TEST(CpuAmxDense, MatchesFloat64) {
               acc += x.values[size_t(m * s.K + kk)] * wd[size_t(n * s.K + kk)];
             ref[size_t(m * s.N + n)] = acc;
           }
-        EXPECT_LE(relative_error(r.values, ref), k->error_bound_f32)
-            << "K=" << s.K << " N=" << s.N << " M=" << M << " w=" << sdk::dtype_name(wt);
+        EXPECT_LE(relative_error(r.values, ref), declared_bound(k, act))
+            << "K=" << s.K << " N=" << s.N << " M=" << M << " w=" << sdk::dtype_name(wt)
+            << " x=" << sdk::dtype_name(act);
       }
 }
 
-TEST(CpuAmxDense, RefusesQuantizedLayers) {
-  const nibble_kernel* k = cpu_amx().kernel("dense_onednn");
+INSTANTIATE_TEST_SUITE_P(Kernels, CpuAmxDense,
+                         ::testing::Values("dense_onednn", "dense_onednn_f32"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// Routers take the fp32 kernel (higher priority); a layer above 64 MiB in fp32 is left to the
+// bf16 one, and the refusal says so.
+TEST(CpuAmxDenseF32, TakesRoutersAndLeavesLargeLayersToBf16) {
+  const nibble_kernel* f32 = cpu_amx().kernel("dense_onednn_f32");
+  const nibble_kernel* bf16 = cpu_amx().kernel("dense_onednn");
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_GT(f32->priority, bf16->priority);
+  EXPECT_LT(f32->error_bound_f32, 1e-3);
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_DENSE;
+  d.name = "model.layers.0.mlp.gate";
+  d.K = 7168;
+  d.N = 256;  // DeepSeek-V3's router: 7 MiB in fp32
+  d.weight_dtype = sdk::dtype_bf16();
+  d.numeric_mode = NIBBLE_MODE_FLOAT;
+  d.act_dtypes = NIBBLE_DTYPE_BF16;
+  EXPECT_EQ(why_not(f32, d), "");
+  d.name = "lm_head";
+  d.K = 4096;
+  d.N = 32000;  // 500 MiB in fp32
+  const std::string why = why_not(f32, d);
+  EXPECT_NE(why.find("64 MiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("dense_onednn"), std::string::npos) << why;
+  EXPECT_EQ(why_not(bf16, d), "");
+}
+
+TEST_P(CpuAmxDense, RefusesQuantizedLayers) {
+  const nibble_kernel* k = cpu_amx().kernel(GetParam());
   TestWeight w = random_weight(QuantSpec{});
   EXPECT_NE(why_not(k, w.linear_desc()), "");
 }
