@@ -1,26 +1,23 @@
 // Fused MoE on the linear kernels' packed layout. Compiled without ISA flags: it sorts the routed
-// (token, slot) pairs by expert, gathers each expert's rows, and hands fixed-size (expert, row
-// block, panel block) tasks to the same per-ISA micro-kernels the linear layers use.
+// (token, slot) pairs by expert, prepares each token's activations once, and hands (expert, row
+// block, panel range) segments to the same per-ISA micro-kernels the linear layers use (the plan:
+// moe_plan.hpp); gate and up are interleaved so silu(gate)·up is applied in the GEMM's blocks.
 //
-// Determinism: the task grid depends only on the routing and the shapes, never on the thread
-// count, and every output element is produced by exactly one task; the slots of a token are summed
-// in slot order by one thread. So y is bit-identical for any exec.num_threads.
+// Determinism: every output element is produced by exactly one segment, whose value does not
+// depend on which piece or thread runs it; the slots of a token are summed in slot order by one
+// thread. So y is bit-identical for any exec.num_threads.
 #include "moe_kernel.hpp"
 
 #include "activations.hpp"
 #include "kernel_api.hpp"
 #include "linear_kernels.hpp"
+#include "moe_plan.hpp"
 #include "packed_weight.hpp"
 #include "probe.hpp"
 
 #include <nibble/sdk/numeric.hpp>
 #include <nibble/sdk/portable_moe.hpp>
 #include <nibble/sdk/weights.hpp>
-
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cmath>
@@ -84,90 +81,6 @@ MicroKernels micro_kernels_for(IsaLevel level) {
   }
 }
 
-// Run fn(i) for i in [0, count) on the arena; any thread may take any task (they are independent
-// and each one's result does not depend on who runs it).
-template <class Fn>
-void run_tasks(tbb::task_arena& arena, int threads, int64_t count, const Fn& fn) {
-  if (count <= 0) return;
-  if (threads <= 1 || count == 1) {
-    for (int64_t i = 0; i < count; ++i) fn(i);
-    return;
-  }
-  arena.execute([&] {
-    tbb::parallel_for(
-        tbb::blocked_range<int64_t>(0, count, 1),
-        [&](const tbb::blocked_range<int64_t>& r) {
-          for (int64_t i = r.begin(); i < r.end(); ++i) fn(i);
-        },
-        tbb::simple_partitioner());
-  });
-}
-
-// One (expert, row block, panel range) segment of a projection.
-struct GemmTask {
-  int32_t expert;
-  int64_t m0, m1, p0, p1;
-};
-
-// A projection's GEMM work as `count` pieces of about equal cost, each a run of segments in
-// (expert, row block, panel) order, cut on even panels (the streaming kernels walk panel pairs).
-// One hot expert is cut across pieces like any other (skewed routing stays balanced). Which piece
-// computes an element never changes its value, so the plan is free to depend on the thread count.
-struct Unit {
-  int32_t expert;
-  int64_t m0, m1, panels;
-  double cost;  // per panel
-};
-std::vector<std::vector<GemmTask>> split_pieces(const std::vector<Unit>& units, int64_t count) {
-  std::vector<std::vector<GemmTask>> pieces(size_t(std::max<int64_t>(1, count)));
-  const int64_t last = int64_t(pieces.size()) - 1;
-  double total = 0;
-  for (const Unit& u : units) total += u.cost * double(u.panels);
-  const double per = total / double(pieces.size());
-  double done = 0;
-  int64_t piece = 0;
-  for (const Unit& u : units) {
-    int64_t p = 0;
-    while (p < u.panels) {
-      int64_t take = u.panels - p;
-      if (piece < last) {
-        int64_t fit = int64_t(std::llround((per * double(piece + 1) - done) / u.cost));
-        fit += fit & 1;
-        if (fit <= 0) {
-          ++piece;
-          continue;
-        }
-        take = std::min(take, fit);
-      }
-      pieces[size_t(piece)].push_back(GemmTask{u.expert, u.m0, u.m1, p, p + take});
-      done += u.cost * double(take);
-      p += take;
-      if (piece < last && done >= per * double(piece + 1)) ++piece;
-    }
-  }
-  return pieces;
-}
-
-// Run the pieces: one per thread statically (streaming), or handed out dynamically.
-template <class Fn>
-void run_pieces(tbb::task_arena& arena, int threads, bool one_per_thread, int64_t count,
-                const Fn& fn) {
-  if (count <= 0) return;
-  if (threads <= 1 || count == 1) {
-    for (int64_t i = 0; i < count; ++i) fn(i);
-    return;
-  }
-  arena.execute([&] {
-    auto body = [&](const tbb::blocked_range<int64_t>& r) {
-      for (int64_t i = r.begin(); i < r.end(); ++i) fn(i);
-    };
-    if (one_per_thread)
-      tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1), body, tbb::static_partitioner());
-    else
-      tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1), body, tbb::simple_partitioner());
-  });
-}
-
 // An upper bound of Σ_e (activation workspace of n_e rows) over any routing of `rows` pairs to at
 // most `experts` experts, for weights whose largest Kp and chunk count are given. The exact sizes
 // come from activations.cpp; padded_rows(n) < n + 32 and each align64 adds < 64.
@@ -175,47 +88,6 @@ size_t activation_bound(Mode mode, int64_t kp, int64_t chunks, int64_t rows, int
   const size_t r = size_t(rows), u = size_t(experts), kpz = size_t(kp), ch = size_t(chunks);
   if (mode == Mode::a16) return r * (2 * kpz + 4 * ch) + u * (32 * 2 * kpz + 128);
   return r * (kpz + 64 + 4 + 4 * ch) + u * (32 * (kpz + 64 + 4) + 192);
-}
-
-// The (token, slot) pairs sorted by expert (counting sort; stable in token-then-slot order).
-struct SortedRouting {
-  std::vector<int64_t> begin;      ///< [E + 1]: rows of expert e are [begin[e], begin[e + 1])
-  std::vector<int64_t> row_token;  ///< [rows]: the token of each sorted row
-  std::vector<int64_t> slot_row;   ///< [M · top_k]: the sorted row of each slot, -1 for none
-  int64_t rows = 0;
-  int64_t experts_used = 0;
-};
-
-SortedRouting sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, int64_t E) {
-  SortedRouting s;
-  s.begin.assign(size_t(E) + 1, 0);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int64_t e = ids.get_int(m, j);
-      if (e < -1 || e >= E)
-        throw sdk::Error(NIBBLE_INVALID_ARGUMENT,
-                         "topk_ids[" + std::to_string(m) + ", " + std::to_string(j) +
-                             "] = " + std::to_string(e) + " is outside [0, " + std::to_string(E) +
-                             ") (or -1 for no expert)");
-      if (e >= 0) ++s.begin[size_t(e) + 1];
-    }
-  for (int64_t e = 0; e < E; ++e) {
-    if (s.begin[size_t(e) + 1] > 0) ++s.experts_used;
-    s.begin[size_t(e) + 1] += s.begin[size_t(e)];
-  }
-  s.rows = s.begin[size_t(E)];
-  std::vector<int64_t> next(s.begin.begin(), s.begin.end() - 1);
-  s.slot_row.assign(size_t(M * top_k), -1);
-  s.row_token.resize(size_t(s.rows));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int64_t e = ids.get_int(m, j);
-      if (e < 0) continue;
-      const int64_t r = next[size_t(e)]++;
-      s.slot_row[size_t(m * top_k + j)] = r;
-      s.row_token[size_t(r)] = m;
-    }
-  return s;
 }
 
 // Round row m of y (K fp32 values) to y's dtype, once per element.
@@ -367,24 +239,28 @@ class MoePrepared final : public sdk::Prepared {
       else
         a8_fill(in, w, a8_view(w, n, buffer), m0, m1);
     };
+    // Rows [m0, m1) × panels [p0, p1) of an expert's projection (n rows prepared in `buffer`)
+    // into y, on the streaming or the tile micro-kernel by the expert's row count.
+    auto run_kernel = [&](const PackedLinear& w, int64_t n, char* buffer, const OutputView& y,
+                          int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+      const bool large = level_ == IsaLevel::amx && n > small_m_;
+      if (mode_ == Mode::a16) {
+        A16Call call{&w, a16_view(w, n, buffer), y, n};
+        (large ? kernels_.a16_large : kernels_.a16_small)(call, m0, m1, p0, p1);
+      } else {
+        A8Call call{&w, a8_view(w, n, buffer), y, n};
+        (large ? kernels_.a8_large : kernels_.a8_small)(call, m0, m1, p0, p1);
+      }
+    };
     // One projection's GEMM tasks into fp32 rows of `out` (row stride ld).
     auto project = [&](Projection p, const std::vector<size_t>& off, float* out, int64_t ld) {
       const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(p);
       run_pieces(arena, threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
         for (const GemmTask& t : pieces[size_t(i)]) {
-          const int64_t n = rows_of(t.expert);
           const PackedLinear& w = weight_of(t.expert, p);
           OutputView y{reinterpret_cast<char*>(out + s.begin[size_t(t.expert)] * ld), ld,
                        sdk::dtype_f32(), w.N};
-          const bool large = level_ == IsaLevel::amx && n > small_m_;
-          char* buffer = act + off[size_t(t.expert)];
-          if (mode_ == Mode::a16) {
-            A16Call call{&w, a16_view(w, n, buffer), y, n};
-            (large ? kernels_.a16_large : kernels_.a16_small)(call, t.m0, t.m1, t.p0, t.p1);
-          } else {
-            A8Call call{&w, a8_view(w, n, buffer), y, n};
-            (large ? kernels_.a8_large : kernels_.a8_small)(call, t.m0, t.m1, t.p0, t.p1);
-          }
+          run_kernel(w, rows_of(t.expert), act + off[size_t(t.expert)], y, t.m0, t.m1, t.p0, t.p1);
         }
       });
     };
@@ -397,23 +273,13 @@ class MoePrepared final : public sdk::Prepared {
         for (const GemmTask& t : pieces[size_t(i)]) {
           const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
           const PackedLinear& w = *experts_[size_t(t.expert)].w13;
-          const bool large = level_ == IsaLevel::amx && n > small_m_;
           char* buffer = act + off[size_t(t.expert)];
           for (int64_t pb = t.p0; pb < t.p1; pb += kSiluPanels) {
             const int64_t pe = std::min(t.p1, pb + kSiluPanels), ld = (pe - pb) * kPanel;
-            OutputView y{reinterpret_cast<char*>(scratch.data()),
-                         ld,
-                         sdk::dtype_f32(),
-                         w.N,
-                         t.m0,
-                         pb * kPanel};
-            if (mode_ == Mode::a16) {
-              A16Call call{&w, a16_view(w, n, buffer), y, n};
-              (large ? kernels_.a16_large : kernels_.a16_small)(call, t.m0, t.m1, pb, pe);
-            } else {
-              A8Call call{&w, a8_view(w, n, buffer), y, n};
-              (large ? kernels_.a8_large : kernels_.a8_small)(call, t.m0, t.m1, pb, pe);
-            }
+            OutputView y{reinterpret_cast<char*>(scratch.data()), ld, sdk::dtype_f32(), w.N};
+            y.row0 = t.m0;
+            y.col0 = pb * kPanel;
+            run_kernel(w, n, buffer, y, t.m0, t.m1, pb, pe);
             for (int64_t m = t.m0; m < t.m1; ++m) {
               const float* v = scratch.data() + (m - t.m0) * ld;
               float* out = h + (base + m) * I_ + pb / 2 * kPanel;

@@ -1,0 +1,78 @@
+// How the fused MoE orders and splits its work: the (token, slot) pairs sorted by expert, each
+// projection's GEMM cut into pieces of equal estimated cost, and the runners that hand pieces or
+// tasks to a oneTBB arena. Nothing here depends on the ISA or on values, only on the routing and
+// the shapes, so the plan never changes a result (moe_kernel.cpp explains the determinism).
+#pragma once
+
+#include <nibble/sdk/plugin.hpp>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace nibble::cpu_amx {
+
+/// The (token, slot) pairs sorted by expert (counting sort; stable in token-then-slot order).
+struct SortedRouting {
+  std::vector<int64_t> begin;      ///< [E + 1]: rows of expert e are [begin[e], begin[e + 1])
+  std::vector<int64_t> row_token;  ///< [rows]: the token of each sorted row
+  std::vector<int64_t> slot_row;   ///< [M · top_k]: the sorted row of each slot, -1 for none
+  int64_t rows = 0;
+  int64_t experts_used = 0;
+};
+
+/// Counting sort of the M × top_k ids (−1: no expert); an id outside [−1, E) is an error that
+/// names the slot.
+SortedRouting sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, int64_t E);
+
+/// One (expert, row block, panel range) segment of a projection.
+struct GemmTask {
+  int32_t expert;
+  int64_t m0, m1, p0, p1;
+};
+
+/// A projection's GEMM work as `count` pieces of about equal cost, each a run of segments in
+/// (expert, row block, panel) order, cut on even panels (the streaming kernels walk panel pairs).
+/// One hot expert is cut across pieces like any other (skewed routing stays balanced). Which piece
+/// computes an element never changes its value, so the plan is free to depend on the thread count.
+/// A Unit is one (expert, row block) over all its panels, with its cost per panel.
+struct Unit {
+  int32_t expert;
+  int64_t m0, m1, panels;
+  double cost;  // per panel
+};
+std::vector<std::vector<GemmTask>> split_pieces(const std::vector<Unit>& units, int64_t count);
+
+/// Run fn(i) for i in [0, count) on the arena: one per thread statically (streaming pieces), or
+/// handed out dynamically. Any thread may take any i: each one's result does not depend on who
+/// runs it. One thread (or one item) runs inline.
+template <class Fn>
+inline void run_pieces(tbb::task_arena& arena, int threads, bool one_per_thread, int64_t count,
+                       const Fn& fn) {
+  if (count <= 0) return;
+  if (threads <= 1 || count == 1) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  arena.execute([&] {
+    auto body = [&](const tbb::blocked_range<int64_t>& r) {
+      for (int64_t i = r.begin(); i < r.end(); ++i) fn(i);
+    };
+    if (one_per_thread)
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1), body, tbb::static_partitioner());
+    else
+      tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1), body, tbb::simple_partitioner());
+  });
+}
+
+/// Independent tasks handed out dynamically.
+template <class Fn>
+inline void run_tasks(tbb::task_arena& arena, int threads, int64_t count, const Fn& fn) {
+  run_pieces(arena, threads, false, count, fn);
+}
+
+}  // namespace nibble::cpu_amx
