@@ -16,19 +16,29 @@ const char* kRuntimeFlags =
 struct CommandFlags {
   const char* name;
   const char* flags;
+  bool runtime;  ///< the command also takes kRuntimeFlags
 };
 
+// Every flag each command's own parser accepts (tests/tools checks them against --help).
 const CommandFlags kFlags[] = {
-    {"backends", "--json"},
-    {"inspect", "--json"},
+    {"backends", "--json", true},
+    {"inspect", "--json --help", false},
     {"quantize",
-     "--synthetic --in --out --format --bits --group-size --sym --asym --act-order "
-     "--layers --moe --seed"},
-    {"run", "--model --layer --input --output --top-k --no-renormalize --renormalize --explain"},
-    {"demo", "--quiet --json --model"},
-    {"bench", "--json --report --quick"},
-    {"conformance", "--plugin --backend --quick --json"},
-    {"completion", ""},
+     "--synthetic --quiet --in --out --format --bits --group-size --sym --asym --act-order --bias "
+     "--seed --shard-bytes --skip --layers --moe --help",
+     false},
+    {"run", "--model --layer --input --output --top-k --no-renormalize --renormalize --explain",
+     true},
+    {"demo", "--quiet --json --model", true},
+    {"bench",
+     "--plugin-dir --backend --shapes --moe --m --modes --bits --group --threads --rounds "
+     "--min-seconds --cold-mib --no-onednn --no-warm --baseline --baseline-max-m --json --report "
+     "--from --help",
+     false},
+    {"conformance",
+     "--plugin --backend --fixtures --timeout --threads --quick --json --verbose --no-fork --help",
+     false},
+    {"completion", "--help", false},
 };
 
 }  // namespace
@@ -68,8 +78,8 @@ int nibble_cmd_completion(int argc, char** argv) {
   fmt::print("  cmd=\"${{COMP_WORDS[1]}}\"\n");
   fmt::print("  case \"$cmd\" in\n");
   for (const auto& c : kFlags)
-    fmt::print("    {}) COMPREPLY=($(compgen -W \"{} {}\" -- \"$cur\"));;\n", c.name, c.flags,
-               kRuntimeFlags);
+    fmt::print("    {}) COMPREPLY=($(compgen -W \"{}{}{}\" -- \"$cur\"));;\n", c.name, c.flags,
+               c.runtime ? " " : "", c.runtime ? kRuntimeFlags : "");
   fmt::print("  esac\n}}\n");
   fmt::print("complete -F _nibble nibble\n");
   return 0;
