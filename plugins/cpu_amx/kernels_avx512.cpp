@@ -18,6 +18,20 @@ using namespace avx512;
 // prefetch by 10–15 % (docs/cpu_amx.md).
 constexpr int kPrefetch = 4096;
 
+// Prefetch, in each of the NP panel streams, the line kPrefetch bytes ahead of k-tile t. Near a
+// panel's end a stream continues where walk() goes next, the same stream of the next NP panels
+// (panels are contiguous). Addresses past the end of the weight are harmless: a prefetch never
+// faults.
+template <int NP, int PL>
+inline void prefetch_streams(const uint8_t* base, size_t panel_bytes, int32_t t) {
+  const size_t ahead = size_t(t) * PL * kTileBytes + kPrefetch;
+  const size_t at = ahead < panel_bytes ? ahead : ahead + size_t(NP - 1) * panel_bytes;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(base) + at;
+  for (int j = 0; j < NP; ++j)
+    for (int l = 0; l < PL * kTileBytes; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(b + j * panel_bytes + size_t(l)), _MM_HINT_T0);
+}
+
 // W4A16 streaming: per 64 bytes of a panel, three shifts and four ternary-logic ops give four bf16
 // rows (128 + q) for VDPBF16PS.
 template <int MR, int NP, int PL>
@@ -47,11 +61,7 @@ void a16_block(const A16Call& call, int64_t m0, int64_t p0) {
           for (int c = 0; c < CH; ++c) acc[m][j][l][c] = _mm512_setzero_ps();
     for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
       const uint8_t* tp = base + size_t(t) * PL * kTileBytes;
-      // Each panel is its own stream; ask for the line kPrefetch bytes ahead in every one.
-      for (int j = 0; j < NP; ++j)
-        for (int l = 0; l < PL * kTileBytes; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(tp + j * panel_bytes + kPrefetch + l),
-                       _MM_HINT_T0);
+      prefetch_streams<NP, PL>(base, panel_bytes, t);
       for (int u = 0; u < 4; ++u) {
         __m512i v[NP][PL][4];
         for (int j = 0; j < NP; ++j)
@@ -105,10 +115,7 @@ void a8_block(const A8Call& call, int64_t m0, int64_t p0) {
       for (int j = 0; j < NP; ++j) acc[m][j] = _mm512_setzero_si512();
     for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
       const uint8_t* tp = base + size_t(t) * PL * kTileBytes;
-      for (int j = 0; j < NP; ++j)
-        for (int l = 0; l < PL * kTileBytes; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(tp + j * panel_bytes + kPrefetch + l),
-                       _MM_HINT_T0);
+      prefetch_streams<NP, PL>(base, panel_bytes, t);
       for (int u = 0; u < 4; ++u) {
         __m512i lo[NP], hi[NP];
         for (int j = 0; j < NP; ++j) {
