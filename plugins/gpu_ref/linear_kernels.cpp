@@ -1,12 +1,12 @@
 // gpu_ref's linear kernels: Marlin where its rules hold, ExLlama for every other GPTQ-like or
 // AWQ weight, and a dense fp32-accumulating matmul for unquantized layers.
+#include <nibble/sdk/parallel_tbb.hpp>
 #include <nibble/sdk/portable_gemm.hpp>
 #include <nibble/sdk/weights.hpp>
 
 #include "exllama_layout.hpp"
 #include "kernels.hpp"
 #include "marlin_layout.hpp"
-#include "parallel.hpp"
 
 namespace nibble::gpu_ref {
 
@@ -31,7 +31,7 @@ template <class Layout>
 std::unique_ptr<sdk::Prepared> prepare_linear(const nibble_layer_desc& d,
                                               const nibble_weight_input& in) {
   sdk::QuantWeight w = checked_weight(d, in);
-  return std::make_unique<portable::LinearPrepared<Layout, Parallel>>(
+  return std::make_unique<portable::LinearPrepared<Layout, portable::TbbParallel>>(
       Layout::pack(w), portable::bias_as_f32(w.raw().bias, w.raw().bias_dtype, w.N()));
 }
 
@@ -92,7 +92,7 @@ class DenseLinear : public sdk::Kernel {
                                                "][" + std::to_string(w.K) +
                                                "], the descriptor says [" + std::to_string(d.N) +
                                                "][" + std::to_string(d.K) + "]");
-    return std::make_unique<portable::LinearPrepared<portable::DenseLayout, Parallel>>(
+    return std::make_unique<portable::LinearPrepared<portable::DenseLayout, portable::TbbParallel>>(
         portable::DenseLayout(w), portable::bias_as_f32(w.bias, w.bias_dtype, w.N));
   }
 };

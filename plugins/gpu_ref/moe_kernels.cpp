@@ -1,12 +1,12 @@
 // gpu_ref's MoE kernels: every expert's w13 and w2 repacked like the linear kernels (Marlin where
 // both weights fit its rules, as GPTQMarlinMoEKernel / gptq_marlin_moe_repack do; ExLlama
 // otherwise), each weight with its own group size.
+#include <nibble/sdk/parallel_tbb.hpp>
 #include <nibble/sdk/portable_moe.hpp>
 
 #include "exllama_layout.hpp"
 #include "kernels.hpp"
 #include "marlin_layout.hpp"
-#include "parallel.hpp"
 
 namespace nibble::gpu_ref {
 
@@ -21,8 +21,8 @@ std::unique_ptr<sdk::Prepared> prepare_moe(const nibble_layer_desc& d,
       d, *in.experts, [](const sdk::QuantWeight& w13, const sdk::QuantWeight& w2) {
         return portable::Expert<Layout>{Layout::pack(w13), Layout::pack(w2)};
       });
-  return std::make_unique<portable::MoePrepared<Layout, Parallel>>(std::move(experts), d.K, d.N,
-                                                                   d.top_k);
+  return std::make_unique<portable::MoePrepared<Layout, portable::TbbParallel>>(std::move(experts),
+                                                                                d.K, d.N, d.top_k);
 }
 
 class MarlinMoe : public sdk::Kernel {

@@ -1,10 +1,10 @@
 // npu_ref's linear kernels: the quantized antiquant matmul and the dense matmul.
+#include <nibble/sdk/parallel_tbb.hpp>
 #include <nibble/sdk/portable_gemm.hpp>
 #include <nibble/sdk/weights.hpp>
 
 #include "ascend_layout.hpp"
 #include "kernels.hpp"
-#include "parallel.hpp"
 
 namespace nibble::npu_ref {
 
@@ -42,8 +42,8 @@ sdk::KernelInfo info_of(const char* name, nibble_op op, nibble_numeric_mode mode
 
 namespace {
 
-using AntiquantLinear = portable::LinearPrepared<AscendWeight, Parallel>;
-using DenseLinear = portable::LinearPrepared<portable::DenseLayout, Parallel>;
+using AntiquantLinear = portable::LinearPrepared<AscendWeight, portable::TbbParallel>;
+using DenseLinear = portable::LinearPrepared<portable::DenseLayout, portable::TbbParallel>;
 
 /// Quantized linear: y = x · ((w + offset) · scale)ᵀ + b.
 class LinearKernel : public sdk::Kernel {

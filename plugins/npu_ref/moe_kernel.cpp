@@ -1,10 +1,10 @@
 // npu_ref's MoE kernel: every expert's w13 and w2 in the Ascend layout, each with its own group
 // size, run by the portable MoE driver (fp32 silu(gate) · up, routing weight after w2).
+#include <nibble/sdk/parallel_tbb.hpp>
 #include <nibble/sdk/portable_moe.hpp>
 
 #include "ascend_layout.hpp"
 #include "kernels.hpp"
-#include "parallel.hpp"
 
 namespace nibble::npu_ref {
 
@@ -12,7 +12,7 @@ namespace portable = sdk::portable;
 
 namespace {
 
-using AntiquantMoe = portable::MoePrepared<AscendWeight, Parallel>;
+using AntiquantMoe = portable::MoePrepared<AscendWeight, portable::TbbParallel>;
 
 /// MoE experts, each projection in the Ascend layout with its own group size.
 class MoeKernel : public sdk::Kernel {

@@ -1,9 +1,10 @@
-// How npu_ref spreads one forward call over threads: a oneTBB arena per call, sized by the call's
-// thread count and capped by the host's thread budget, so concurrent calls never share scratch or
-// exceed what the host allows.
+// A `Parallel` policy for portable_gemm.hpp / portable_moe.hpp on oneTBB: an arena per call, sized
+// by the call's thread count and capped by the host's thread budget, so concurrent calls never
+// share scratch or exceed what the host allows. Optional: a plugin that includes it links oneTBB
+// (TBB::tbb).
 #pragma once
 
-#include <nibble/sdk/plugin.hpp>
+#include "plugin.hpp"
 
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
@@ -12,14 +13,14 @@
 #include <cstdint>
 #include <optional>
 
-namespace nibble::npu_ref {
+namespace nibble::sdk::portable {
 
 /// Runs f(0 .. count-1) on up to `threads` threads (serially for one thread).
-class Parallel {
+class TbbParallel {
  public:
   /// Threads for this call: the call's request, capped by the host's budget.
-  explicit Parallel(int requested)
-      : threads_(std::max(1, std::min(requested, sdk::Host::thread_budget()))) {
+  explicit TbbParallel(int requested)
+      : threads_(std::max(1, std::min(requested, Host::thread_budget()))) {
     if (threads_ > 1) arena_.emplace(threads_);
   }
 
@@ -42,4 +43,4 @@ class Parallel {
   mutable std::optional<tbb::task_arena> arena_;  // execute() is not const; the arena is ours
 };
 
-}  // namespace nibble::npu_ref
+}  // namespace nibble::sdk::portable
