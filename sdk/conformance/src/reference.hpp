@@ -1,6 +1,7 @@
 // The kit's own test material: random canonical weights, dense weights and activations, and
 // float64 reference results for linear, dense and MoE layers. Deterministic for a given seed.
-// (Started as a copy of tests/support/reference.hpp; the kit must not depend on tests/.)
+// The tests use this file too (tests/support/reference.hpp includes it); the kit must not
+// depend on tests/.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
