@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,24 @@ int bench(std::vector<std::string> args) {
 
 TEST(MoeBench, TimesFusedLoopAndOnednnAndTheirOutputsAgree) {
   const fs::path json = fs::temp_directory_path() / "nibble_moe_bench_test.json";
+  const fs::path report = fs::temp_directory_path() / "nibble_moe_bench_test_report";
   fs::remove(json);
+  fs::remove_all(report);
   ASSERT_EQ(bench({"--plugin-dir", NIBBLE_PLUGIN_BUILD_DIR, "--moe", "8x2x256x128,6x3x128x96",
                    "--m", "1,5,40", "--rounds", "3", "--min-seconds", "0", "--cold-mib", "4",
-                   "--json", json.string()}),
+                   "--json", json.string(), "--report", report.string()}),
             0);
+  // The report draws MoE cases too: one roofline point per case, a speed-up line per series.
+  std::ifstream svg(report / "roofline.svg");
+  const std::string roofline((std::istreambuf_iterator<char>(svg)), {});
+  size_t points = 0;
+  for (size_t at = roofline.find("<circle"); at != std::string::npos;
+       at = roofline.find("<circle", at + 1))
+    ++points;
+  EXPECT_EQ(points, 12u);
+  EXPECT_NE(roofline.find("moe 8x2x256x128"), std::string::npos);
+  EXPECT_TRUE(fs::exists(report / "speedup.svg"));
+  fs::remove_all(report);
   std::ifstream f(json);
   const nlohmann::json out = nlohmann::json::parse(f);
   ASSERT_EQ(out.at("cases").size(), 2u * 3u * 2u);  // shapes × M × modes
