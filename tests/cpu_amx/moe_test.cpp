@@ -245,6 +245,32 @@ TEST(CpuAmxMoeLayout, PreparedBytesStayWithin105PercentOfTheCheckpoint) {
         }
 }
 
+// The largest routing the issue names: 256 experts, top-16, on this machine's best ISA level, in
+// both modes, with most experts getting no token at M = 1 and most getting one at M = 40.
+TEST(CpuAmxMoeScale, TwoHundredFiftySixExpertsTopSixteen) {
+  const ExpertScheme& s = schemes()[3];  // AWQ-like, w13 g128 / w2 g64
+  const TestExperts ex = make_experts(s, 256, 128, 64, 31);
+  for (int mode : {NIBBLE_MODE_WEIGHT_ONLY, NIBBLE_MODE_DYNAMIC_INT8}) {
+    const nibble_kernel* k = cpu_amx().kernel(kernel_name(mode));
+    SKIP_UNLESS_DECLARED(k, kernel_name(mode));
+    const nibble_layer_desc d = desc_for(ex, 16, mode);
+    ASSERT_EQ(why_not(k, d), "");
+    auto layer = prepare_moe(k, d, ex);
+    for (int64_t M : {1, 40}) {
+      const Activations x = random_activations(M, 128, sdk::dtype_bf16(), uint32_t(40 + M));
+      const Routing routing =
+          random_routing(M, 16, 256, 0.0, true, sdk::dtype_f32(), uint32_t(50 + M));
+      const std::vector<double> ref =
+          reference_moe(ex, x.values, M, 16, routing.ids, routing.weights);
+      const CaseResult r = run_moe(*layer, x, routing, false, ref, 2);
+      ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+      EXPECT_EQ(r.not_finite, 0u) << "M=" << M;
+      EXPECT_LE(r.rel_error, declared_bound(k, sdk::dtype_bf16()))
+          << kernel_name(mode) << " M=" << M;
+    }
+  }
+}
+
 TEST(CpuAmxMoeLayout, RefusesWhatItCannotComputeAndSaysWhy) {
   const TestExperts ex = make_experts(schemes()[0], 2, 128, 64, 5);
   for (int mode : {int(NIBBLE_MODE_WEIGHT_ONLY), int(NIBBLE_MODE_DYNAMIC_INT8)}) {
