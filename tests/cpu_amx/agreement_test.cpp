@@ -1,4 +1,5 @@
-// cpu_amx agrees with the reference backends (npu_ref, gpu_ref) on random layers: for every kernel
+// cpu_amx agrees with the reference backends (npu_ref, gpu_ref) on random linear layers and MoE
+// blocks: for every kernel
 // of theirs that implements the layer in the same numeric mode, ‖y_amx − y_ref‖/‖y_ref‖ stays
 // within the two kernels' declared bounds added (each is bounded against float64).
 #include <gtest/gtest.h>
@@ -8,9 +9,19 @@
 #include <memory>
 
 #include "cpu_amx_test_util.hpp"
+#include "kernel_runs.hpp"
 
 namespace nibble::test {
 namespace {
+
+// A reference plugin built next to cpu_amx, loaded once for the process (null when not built).
+HarnessPlugin* reference_plugin(const char* name) {
+  static std::map<std::string, std::unique_ptr<HarnessPlugin>> loaded;
+  auto& p = loaded[name];
+  if (!p && std::filesystem::exists(plugin_build_dir() + "/libnibble_" + name + ".so"))
+    p = std::make_unique<HarnessPlugin>(name);
+  return p.get();
+}
 
 double bound_of(const nibble_kernel* k, DLDataType t) {
   if (t.bits == 32) return k->error_bound_f32;
@@ -20,11 +31,8 @@ double bound_of(const nibble_kernel* k, DLDataType t) {
 TEST(CpuAmxAgreement, MatchesTheReferenceBackends) {
   int compared = 0;
   for (const char* other_name : {"npu_ref", "gpu_ref"}) {
-    const std::string path = plugin_build_dir() + "/libnibble_" + other_name + ".so";
-    if (!std::filesystem::exists(path)) continue;
-    static std::map<std::string, std::unique_ptr<HarnessPlugin>> loaded;
-    auto& other = loaded[other_name];
-    if (!other) other = std::make_unique<HarnessPlugin>(other_name);
+    HarnessPlugin* other = reference_plugin(other_name);
+    if (!other) continue;
     struct Case {
       int bits, group;
       bool sym, act;
@@ -62,6 +70,58 @@ TEST(CpuAmxAgreement, MatchesTheReferenceBackends) {
           ++compared;
         }
       }
+  }
+  if (compared == 0) GTEST_SKIP() << "no reference backend built next to cpu_amx";
+  RecordProperty("kernels_compared", compared);
+}
+
+// The same for MoE blocks: cpu_amx's fused kernels against every reference MoE kernel of the same
+// numeric mode that takes the experts (GPTQ-like with act-order, AWQ-like; I a multiple of 16
+// and not, so both of cpu_amx's w13 layouts), same routing.
+TEST(CpuAmxAgreement, MoeMatchesTheReferenceBackends) {
+  int compared = 0;
+  for (const char* other_name : {"npu_ref", "gpu_ref"}) {
+    HarnessPlugin* other = reference_plugin(other_name);
+    if (!other) continue;
+    struct Case {
+      int bits, gs13, gs2;
+      bool sym, act;
+      int64_t I, M;
+      DLDataType act_dtype;
+    };
+    const Case cases[] = {{4, 128, 64, false, false, 128, 1, sdk::dtype_bf16()},
+                          {4, 64, 64, true, true, 72, 17, sdk::dtype_f32()},
+                          {8, 128, 128, false, false, 96, 9, sdk::dtype_f16()}};
+    uint32_t seed = 71;
+    for (const Case& c : cases) {
+      const TestExperts ex =
+          random_experts(8, 256, c.I, c.bits, c.gs13, c.gs2, c.sym, c.act, ++seed);
+      for (int mode : {int(NIBBLE_MODE_WEIGHT_ONLY), int(NIBBLE_MODE_DYNAMIC_INT8)}) {
+        nibble_layer_desc d = moe_desc(ex, 2);
+        d.numeric_mode = mode;
+        const nibble_kernel* mine =
+            cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "moe_a16" : "moe_a8");
+        ASSERT_NE(mine, nullptr);
+        ASSERT_EQ(why_not(mine, d), "");
+        auto my_layer = prepare_moe(mine, d, ex);
+        const Activations x = random_activations(c.M, 256, c.act_dtype, ++seed);
+        const Routing routing = random_routing(c.M, 2, 8, 0.1, true, sdk::dtype_f32(), ++seed);
+        const std::vector<double> unused;
+        const CaseResult mine_y = run_moe(*my_layer, x, routing, false, unused);
+        ASSERT_EQ(mine_y.status, NIBBLE_OK) << mine_y.message;
+        for (const nibble_kernel* k : other->kernels(NIBBLE_OP_MOE)) {
+          if (k->numeric_mode != mode || !why_not(k, d).empty()) continue;
+          auto their_layer = prepare_moe(k, d, ex);
+          const CaseResult theirs = run_moe(*their_layer, x, routing, false, unused);
+          ASSERT_EQ(theirs.status, NIBBLE_OK)
+              << other_name << "/" << k->name << ": " << theirs.message;
+          const double diff = relative_error(mine_y.y, theirs.y);
+          EXPECT_LE(diff, bound_of(mine, c.act_dtype) + bound_of(k, c.act_dtype))
+              << other_name << "/" << k->name << " bits " << c.bits << " I " << c.I << " M=" << c.M;
+          ++compared;
+        }
+      }
+    }
   }
   if (compared == 0) GTEST_SKIP() << "no reference backend built next to cpu_amx";
   RecordProperty("kernels_compared", compared);
