@@ -91,16 +91,27 @@ void rotated_ids(const Routing& base, const MoeShape& s, int64_t t, int64_t copi
 
 float silu_times(float gate, float up) { return gate / (1.f + std::exp(-gate)) * up; }
 
+// The loop's buffers, kept across calls as an engine would keep them.
+struct LoopBuffers {
+  std::vector<std::vector<int64_t>> slots;
+  std::vector<float> acc;
+  std::vector<uint16_t> xe, gu, h, down;
+};
+
 // The unfused baseline: per expert, gather its tokens, w13, silu(gate)·up in fp32 rounded to
 // bf16, w2, and a weighted fp32 sum per token; `project(e, which, x, y, n)` runs one projection.
 template <class Project>
 void moe_loop(const MoeShape& s, int64_t M, const uint16_t* x, const std::vector<int32_t>& ids,
-              const std::vector<float>& weights, uint16_t* y, const Project& project) {
+              const std::vector<float>& weights, uint16_t* y, LoopBuffers& b,
+              const Project& project) {
   const int64_t K = s.hidden, I = s.intermediate;
-  std::vector<std::vector<int64_t>> slots(size_t(s.experts));
+  auto& slots = b.slots;
+  slots.resize(size_t(s.experts));
+  for (auto& v : slots) v.clear();
   for (int64_t i = 0; i < M * s.top_k; ++i) slots[size_t(ids[size_t(i)])].push_back(i);
-  std::vector<float> acc(size_t(M * K), 0.f);
-  std::vector<uint16_t> xe, gu, h, down;
+  auto& acc = b.acc;
+  acc.assign(size_t(M * K), 0.f);
+  auto &xe = b.xe, &gu = b.gu, &h = b.h, &down = b.down;
   for (int64_t e = 0; e < s.experts; ++e) {
     const auto& sl = slots[size_t(e)];
     const int64_t n = int64_t(sl.size());
@@ -213,6 +224,7 @@ int run_moe(const Options& o) {
         const std::vector<uint16_t> x = random_bf16(M * s.hidden, uint32_t(M));
         std::vector<uint16_t> y(size_t(M * s.hidden)), yl(y.size()), yd(y.size());
         std::vector<int32_t> ids;
+        LoopBuffers loop_buffers, dense_buffers;
         int64_t tf = 0, tl = 0, td = 0;  // each variant's call count
         auto call_fused = [&] {
           rotated_ids(base, s, tf, copies, ids);
@@ -222,7 +234,7 @@ int run_moe(const Options& o) {
         auto call_loop = [&] {
           rotated_ids(base, s, tl, copies, ids);
           const int64_t c = tl++ % copies;
-          moe_loop(s, M, x.data(), ids, base.weights, yl.data(),
+          moe_loop(s, M, x.data(), ids, base.weights, yl.data(), loop_buffers,
                    [&](int64_t e, int which, const uint16_t* in, uint16_t* o_, int64_t n) {
                      linears[size_t((c * s.experts + e) * 2 + which)]->forward(
                          in, o_, n, which ? s.intermediate : s.hidden,
@@ -232,7 +244,7 @@ int run_moe(const Options& o) {
         auto call_dense = [&] {
           rotated_ids(base, s, td, dense_copies, ids);
           const int64_t c = td++ % dense_copies;
-          moe_loop(s, M, x.data(), ids, base.weights, yd.data(),
+          moe_loop(s, M, x.data(), ids, base.weights, yd.data(), dense_buffers,
                    [&](int64_t e, int which, const uint16_t* in, uint16_t* o_, int64_t n) {
                      (which ? *dense2 : *dense13).run(int(c * s.experts + e), in, o_, n);
                    });

@@ -269,7 +269,11 @@ class MoePrepared final : public sdk::Prepared {
     auto project_w13_silu = [&](const std::vector<size_t>& off, float* h) {
       const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(Projection::w13);
       run_pieces(arena, threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
-        std::vector<float> scratch(size_t(kTaskRows * kSiluPanels * kPanel));
+        // Per thread, kept between calls: 128 KiB is above malloc's mmap threshold, and a fresh
+        // mapping per piece cost page faults and zeroing on every call (seen in perf).
+        thread_local std::vector<float> scratch;
+        if (scratch.size() < size_t(kTaskRows * kSiluPanels * kPanel))
+          scratch.resize(size_t(kTaskRows * kSiluPanels * kPanel));
         for (const GemmTask& t : pieces[size_t(i)]) {
           const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
           const PackedLinear& w = *experts_[size_t(t.expert)].w13;
