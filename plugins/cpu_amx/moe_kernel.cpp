@@ -116,26 +116,13 @@ float silu_times(float gate, float up) { return gate / (1.f + std::exp(-gate)) *
 // even-aligned panel range then computes whole columns of h = silu(gate)·up. A pure permutation
 // of columns, so every value is computed exactly as without it. Needs I % 16 == 0.
 std::unique_ptr<PackedLinear> pack_w13_interleaved(const sdk::QuantWeight& w13, int threads) {
-  const nibble_canonical_weight& r = w13.raw();
-  const int64_t K = r.K, N = r.N, I = N / 2, G = r.num_groups;
-  const size_t sb = sdk::dtype_bytes(r.scales_dtype);
-  std::vector<uint8_t> q(size_t(N) * size_t(K)), zeros(size_t(G * N)), scales(size_t(G * N) * sb);
-  const auto* src_scales = static_cast<const uint8_t*>(r.scales);
+  const int64_t N = w13.N(), I = N / 2;
+  std::vector<int32_t> source(static_cast<size_t>(N));
   for (int64_t j = 0; j < N; ++j) {
     const int64_t pair = j / (2 * kPanel), c = j % (2 * kPanel);
-    const int64_t src = c < kPanel ? kPanel * pair + c : I + kPanel * pair + (c - kPanel);
-    std::memcpy(q.data() + size_t(j * K), r.q + size_t(src * K), size_t(K));
-    for (int64_t g = 0; g < G; ++g) {
-      zeros[size_t(g * N + j)] = r.zeros[size_t(g * N + src)];
-      std::memcpy(scales.data() + size_t(g * N + j) * sb, src_scales + size_t(g * N + src) * sb,
-                  sb);
-    }
+    source[size_t(j)] = int32_t(c < kPanel ? kPanel * pair + c : I + kPanel * pair + (c - kPanel));
   }
-  nibble_canonical_weight v = r;
-  v.q = q.data();
-  v.scales = scales.data();
-  v.zeros = zeros.data();
-  return pack_linear(sdk::QuantWeight(v, "w13 (gate/up interleaved)"), threads);
+  return pack_linear(w13, threads, &source);
 }
 
 class MoePrepared final : public sdk::Prepared {

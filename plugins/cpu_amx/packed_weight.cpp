@@ -84,7 +84,11 @@ void lay_out_inputs(const sdk::QuantWeight& w, PackedLinear& p) {
 // Pack one panel: every k-tile of its 16 columns. First each column's values are gathered into
 // slot order (runs are memcpy), then every 8 slots of a column become two words with shifts.
 void pack_panel(const sdk::QuantWeight& w, PackedLinear& p, int64_t panel,
-                const std::vector<int32_t>& slot_source, std::vector<uint8_t>& rows) {
+                const std::vector<int32_t>& slot_source, const std::vector<int32_t>* column_source,
+                std::vector<uint8_t>& rows) {
+  auto source_of = [&](int64_t n) {
+    return column_source ? int64_t((*column_source)[size_t(n)]) : n;
+  };
   const int64_t K = w.K(), N = w.N(), Kp = p.Kp;
   const uint8_t* q = w.raw().q;
   const auto* scales = static_cast<const uint8_t*>(w.raw().scales);
@@ -96,7 +100,7 @@ void pack_panel(const sdk::QuantWeight& w, PackedLinear& p, int64_t panel,
     uint8_t* dst = rows.data() + size_t(c) * size_t(Kp);
     if (n >= N || gaps) std::memset(dst, 0, size_t(Kp));
     if (n >= N) continue;  // padded columns stay 0 (their scale is 0 too)
-    const uint8_t* src = q + size_t(n) * size_t(K);
+    const uint8_t* src = q + size_t(source_of(n)) * size_t(K);
     if (!p.runs.empty()) {
       for (const auto& run : p.runs) std::memcpy(dst + run.dst, src + run.src, size_t(run.len));
     } else {
@@ -130,12 +134,13 @@ void pack_panel(const sdk::QuantWeight& w, PackedLinear& p, int64_t panel,
       const int64_t n = panel * kPanel + c;
       const size_t at = size_t(panel * p.groups + g) * kPanel + size_t(c);
       // Padded columns: scale 0 (all dtypes' zero is all-zero bits), so they compute 0.
-      p.zeros[at] = n < N ? w.zero(g, n) : 0;
+      const int64_t src = n < N ? source_of(n) : 0;
+      p.zeros[at] = n < N ? w.zero(g, src) : 0;
       if (p.scale_format == PackedLinear::ScaleFormat::f32) {
-        p.scale_words[at] = n < N ? sdk::float_bits(w.scale(g, n)) : 0u;
+        p.scale_words[at] = n < N ? sdk::float_bits(w.scale(g, src)) : 0u;
       } else {
         uint16_t bits = 0;
-        if (n < N) std::memcpy(&bits, scales + (size_t(g) * size_t(N) + size_t(n)) * 2, 2);
+        if (n < N) std::memcpy(&bits, scales + (size_t(g) * size_t(N) + size_t(src)) * 2, 2);
         p.scale_halfs[at] = bits;
       }
     }
@@ -143,7 +148,19 @@ void pack_panel(const sdk::QuantWeight& w, PackedLinear& p, int64_t panel,
 
 }  // namespace
 
-std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads) {
+std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads,
+                                          const std::vector<int32_t>* column_source) {
+  if (column_source) {
+    std::vector<bool> seen(size_t(w.N()), false);
+    sdk::require(int64_t(column_source->size()) == w.N(),
+                 "pack_linear: the column map has " + std::to_string(column_source->size()) +
+                     " entries for " + std::to_string(w.N()) + " columns");
+    for (int32_t c : *column_source) {
+      sdk::require(c >= 0 && c < w.N() && !seen[size_t(c)],
+                   "pack_linear: the column map is not a permutation");
+      seen[size_t(c)] = true;
+    }
+  }
   auto p = std::make_unique<PackedLinear>();
   p->K = w.K();
   p->N = w.N();
@@ -174,7 +191,8 @@ std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads
   p->zeros = AlignedArray<uint8_t>(scale_count);
   if (w.has_bias()) {
     p->bias = AlignedArray<float>(size_t(p->Np));
-    for (int64_t n = 0; n < w.N(); ++n) p->bias[size_t(n)] = w.bias(n);
+    for (int64_t n = 0; n < w.N(); ++n)
+      p->bias[size_t(n)] = w.bias(column_source ? (*column_source)[size_t(n)] : n);
   }
   // Keep whichever slot map is smaller: runs (12 bytes each) or one int32 per slot.
   std::vector<int32_t> slot_source = p->slot_source;
@@ -188,7 +206,7 @@ std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads
                       [&](const tbb::blocked_range<int64_t>& r) {
                         std::vector<uint8_t> rows;
                         for (int64_t panel = r.begin(); panel < r.end(); ++panel)
-                          pack_panel(w, *p, panel, slot_source, rows);
+                          pack_panel(w, *p, panel, slot_source, column_source, rows);
                       });
   });
   return p;

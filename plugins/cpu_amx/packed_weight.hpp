@@ -119,8 +119,11 @@ struct PackedLinear {
 /// Why the layout cannot hold this layer ("" when it can).
 std::string packing_limits(const nibble_layer_desc& desc);
 
-/// Repack a canonical weight (checked by sdk::QuantWeight) into the blocked layout.
-std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads);
+/// Repack a canonical weight (checked by sdk::QuantWeight) into the blocked layout. With a
+/// column map (a permutation of [0, N)), output column n computes the weight's column
+/// column_source[n]: a caller may reorder outputs at no cost (MoE interleaves gate and up).
+std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads,
+                                          const std::vector<int32_t>* column_source = nullptr);
 
 /// The bytes the checkpoint's packed tensors take (4-bit: K·N/2 + scales + packed zeros + g_idx +
 /// bias): the yardstick of the 1.10 × size bound.
