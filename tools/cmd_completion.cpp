@@ -30,11 +30,13 @@ const CommandFlags kFlags[] = {
     {"run", "--model --layer --input --output --top-k --no-renormalize --renormalize --explain",
      true},
     {"demo", "--quiet --json --model", true},
+#ifdef NIBBLE_HAVE_BENCH  // builds without the bench (sanitizers, fuzzing) have no such command
     {"bench",
      "--plugin-dir --backend --shapes --moe --m --modes --bits --group --threads --rounds "
      "--min-seconds --cold-mib --no-onednn --no-warm --baseline --baseline-max-m --json --report "
      "--from --help",
      false},
+#endif
     {"conformance",
      "--plugin --backend --fixtures --timeout --threads --quick --json --verbose --no-fork --help",
      false},
