@@ -132,6 +132,19 @@ Arenas& arenas() {
 
 }  // namespace
 
+std::string quantized_mode_limits(const nibble_layer_desc& d, bool weight_only) {
+  const int want = weight_only ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
+  if (d.numeric_mode != want)
+    return std::string("numeric mode ") + std::to_string(d.numeric_mode) +
+           " requested; this kernel is " +
+           (weight_only ? "weight-only (W4A16)" : "dynamic int8 (W4A8)");
+  const uint32_t ok = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  if (d.act_dtypes & ~ok) return "activation dtypes other than f32, f16, bf16";
+  if (!sdk::is_float_dtype(d.weight_dtype))
+    return "scales dtype " + sdk::dtype_name(d.weight_dtype) + " (expected f16, bf16 or f32)";
+  return "";
+}
+
 tbb::task_arena& arena_for(int threads) {
   Arenas& a = arenas();
   std::lock_guard<std::mutex> lock(a.mutex);
@@ -219,15 +232,7 @@ class LinearKernel final : public sdk::Kernel {
 
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_LINEAR) return "only quantized linear layers (op LINEAR)";
-    const int want = mode_ == Mode::a16 ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
-    if (d.numeric_mode != want)
-      return std::string("numeric mode ") + std::to_string(d.numeric_mode) +
-             " requested; this kernel is " +
-             (mode_ == Mode::a16 ? "weight-only (W4A16)" : "dynamic int8 (W4A8)");
-    const uint32_t ok = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
-    if (d.act_dtypes & ~ok) return "activation dtypes other than f32, f16, bf16";
-    if (!sdk::is_float_dtype(d.weight_dtype))
-      return "scales dtype " + sdk::dtype_name(d.weight_dtype) + " (expected f16, bf16 or f32)";
+    if (std::string why = quantized_mode_limits(d, mode_ == Mode::a16); !why.empty()) return why;
     return packing_limits(d);
   }
 

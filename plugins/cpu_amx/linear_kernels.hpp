@@ -5,6 +5,7 @@
 #include <nibble/sdk/plugin.hpp>
 
 #include <memory>
+#include <string>
 
 #include <tbb/task_arena.h>
 
@@ -15,6 +16,11 @@ std::unique_ptr<sdk::Kernel> make_linear_a8_kernel();
 std::unique_ptr<sdk::Kernel> make_dense_onednn_kernel();
 /// Dense layers up to 64 MiB in fp32 (routers) through oneDNN's fp32 matmul.
 std::unique_ptr<sdk::Kernel> make_dense_onednn_f32_kernel();
+
+/// Why a quantized kernel of this numeric mode (weight-only when `weight_only`, else dynamic
+/// int8) cannot take the layer's mode, activation dtypes or scale dtype ("" when it can); the
+/// linear and MoE kernels share these rules.
+std::string quantized_mode_limits(const nibble_layer_desc& d, bool weight_only);
 
 /// The process-wide oneTBB arena of `threads` threads (created on first use).
 tbb::task_arena& arena_for(int threads);
