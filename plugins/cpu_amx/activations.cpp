@@ -1,7 +1,11 @@
-// Activation preparation (portable). The int8 quantization here is the one definition every W4A8
-// path uses, so all of them see the same integers: amax in fp32 (at least 1e-7), sa = amax / 127,
-// inv = 127 / amax, q = round-half-to-even(x · inv), each product rounded to fp32 on its own.
+// Activation preparation: the row layout, staging into slot order, and the portable row kernels
+// (activation_rows_avx512.cpp has the vector ones, with the same bits). The int8 quantization here
+// is the one definition every W4A8 path uses, so all of them see the same integers: amax in fp32
+// (at least 1e-7), sa = amax / 127, inv = 127 / amax, q = round-half-to-even(x · inv), each
+// product rounded to fp32 on its own.
 #include "activations.hpp"
+
+#include "activation_rows.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,21 +16,61 @@ namespace {
 
 size_t align64(size_t b) { return (b + 63) / 64 * 64; }
 
-// Row r of x as fp32 into `out` (K values).
-void row_as_float(const sdk::Matrix& x, int64_t r, float* out) {
-  const int64_t K = x.cols;
-  if (x.dtype.bits == 32) {
-    std::memcpy(out, x.row<float>(r), size_t(K) * sizeof(float));
-  } else if (x.dtype.code == kDLBfloat) {
-    const uint16_t* s = x.row<uint16_t>(r);
-    for (int64_t k = 0; k < K; ++k) out[k] = sdk::bf16_to_f32(s[k]);
-  } else {
-    const uint16_t* s = x.row<uint16_t>(r);
-    for (int64_t k = 0; k < K; ++k) out[k] = sdk::f16_to_f32(s[k]);
+void widen_portable(const void* src, DLDataType dtype, int64_t n, float* out) {
+  if (dtype.bits == 32) {
+    std::memcpy(out, src, size_t(n) * sizeof(float));
+    return;
   }
+  const auto* h = static_cast<const uint16_t*>(src);
+  for (int64_t k = 0; k < n; ++k)
+    out[k] = dtype.code == kDLBfloat ? sdk::bf16_to_f32(h[k]) : sdk::f16_to_f32(h[k]);
+}
+
+void to_bf16_portable(const float* in, int64_t n, uint16_t* out) {
+  for (int64_t k = 0; k < n; ++k) out[k] = sdk::f32_to_bf16(in[k]);
+}
+
+float sum_bf16_portable(const uint16_t* v, int64_t n) {
+  float lane[16] = {};
+  for (int64_t i = 0; i < n; i += 16)
+    for (int l = 0; l < 16; ++l) lane[l] += sdk::bf16_to_f32(v[i + l]);
+  for (int h = 8; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l) lane[l] += lane[l + h];
+  return lane[0];
+}
+
+float quantize_portable(const float* in, int64_t n, int8_t* out) {
+  float amax = 0.f;
+  for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(in[k]));
+  amax = std::max(amax, 1e-7f);
+  const float sa = amax / 127.f;
+  const float inv = 127.f / amax;
+  for (int64_t k = 0; k < n; ++k) {
+    float r = std::nearbyint(in[k] * inv);  // the default rounding mode: half to even
+    r = std::min(127.f, std::max(-127.f, r));
+    out[(k & ~int64_t(7)) + a8_position(int(k & 7))] = int8_t(r);
+  }
+  return sa;
+}
+
+// Row m of x in the weight's slot order as fp32 (`slots`, Kp values, zero in padding slots);
+// `row` is K values of scratch.
+void stage_slots(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& rk, int64_t m,
+                 float* row, float* slots) {
+  std::memset(slots, 0, size_t(w.Kp) * sizeof(float));
+  rk.widen(x.row<char>(m), x.dtype, w.K, row);
+  for (const auto& run : w.runs)
+    std::memcpy(slots + run.dst, row + run.src, size_t(run.len) * sizeof(float));
+  for (size_t j = 0; j < w.slot_source.size(); ++j)
+    if (w.slot_source[j] >= 0) slots[j] = row[size_t(w.slot_source[j])];
 }
 
 }  // namespace
+
+RowKernels row_kernels(IsaLevel level) {
+  if (level >= IsaLevel::avx512) return row_kernels_avx512();
+  return {&widen_portable, &to_bf16_portable, &sum_bf16_portable, &quantize_portable};
+}
 
 size_t a16_workspace_bytes(const PackedLinear& w, int64_t M) {
   const size_t rows = size_t(padded_rows(M));
@@ -45,8 +89,9 @@ A16Activations a16_view(const PackedLinear& w, int64_t M, void* workspace) {
 }
 
 void a16_fill(const sdk::Matrix& x, const PackedLinear& w, const A16Activations& a, int64_t m0,
-              int64_t m1) {
-  std::vector<float> row(size_t(w.K));
+              int64_t m1, IsaLevel level) {
+  const RowKernels rk = row_kernels(level);
+  std::vector<float> row(size_t(w.K)), slots(size_t(w.Kp));
   auto* xb = const_cast<uint16_t*>(a.x);
   auto* sums = const_cast<float*>(a.sum);
   const int64_t M = x.rows;
@@ -56,27 +101,20 @@ void a16_fill(const sdk::Matrix& x, const PackedLinear& w, const A16Activations&
       std::memset(out, 0, size_t(a.stride) * 2);
       continue;
     }
-    std::memset(out, 0, size_t(w.Kp) * 2);
-    if (x.dtype.code == kDLBfloat) {
+    if (x.dtype.code == kDLBfloat) {  // copied as they are: no rounding, NaN bits kept
+      std::memset(out, 0, size_t(w.Kp) * 2);
       const uint16_t* s = x.row<uint16_t>(m);
       for (const auto& run : w.runs) std::memcpy(out + run.dst, s + run.src, size_t(run.len) * 2);
       for (size_t j = 0; j < w.slot_source.size(); ++j)
         if (w.slot_source[j] >= 0) out[j] = s[w.slot_source[j]];
     } else {
-      row_as_float(x, m, row.data());
-      for (const auto& run : w.runs)
-        for (int32_t i = 0; i < run.len; ++i)
-          out[run.dst + i] = sdk::f32_to_bf16(row[size_t(run.src + i)]);
-      for (size_t j = 0; j < w.slot_source.size(); ++j)
-        if (w.slot_source[j] >= 0) out[j] = sdk::f32_to_bf16(row[size_t(w.slot_source[j])]);
+      stage_slots(x, w, rk, m, row.data(), slots.data());
+      rk.to_bf16(slots.data(), w.Kp, out);
     }
     float* srow = sums + size_t(m) * size_t(a.chunks);
     for (size_t c = 0; c < w.a16_chunks.size(); ++c) {
       const Chunk& ch = w.a16_chunks[c];
-      float s = 0.f;
-      const uint16_t* v = out + size_t(ch.tile0) * kTileK;
-      for (int64_t i = 0; i < int64_t(ch.ntiles) * kTileK; ++i) s += sdk::bf16_to_f32(v[i]);
-      srow[c] = s;
+      srow[c] = rk.sum_bf16(out + size_t(ch.tile0) * kTileK, int64_t(ch.ntiles) * kTileK);
     }
   }
 }
@@ -102,36 +140,24 @@ A8Activations a8_view(const PackedLinear& w, int64_t M, void* workspace) {
 }
 
 void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a, int64_t m0,
-             int64_t m1) {
-  std::vector<float> row(size_t(w.K));
+             int64_t m1, IsaLevel level) {
+  const RowKernels rk = row_kernels(level);
+  std::vector<float> row(size_t(w.K)), slots(size_t(w.Kp));
   auto* xq = const_cast<int8_t*>(a.q);
   auto* scales = const_cast<float*>(a.scale);
   auto* sums = const_cast<int32_t*>(a.sum);
   const int64_t M = x.rows;
   for (int64_t m = m0; m < m1; ++m) {
     int8_t* out = xq + size_t(m) * size_t(a.stride);
-    std::memset(out, 0, size_t(a.stride));
     if (m >= M) {
+      std::memset(out, 0, size_t(a.stride));
       scales[m] = 0.f;
       continue;
     }
-    row_as_float(x, m, row.data());
-    float amax = 0.f;
-    for (int64_t k = 0; k < w.K; ++k) amax = std::max(amax, std::fabs(row[size_t(k)]));
-    amax = std::max(amax, 1e-7f);
-    const float sa = amax / 127.f;
-    const float inv = 127.f / amax;
-    scales[m] = sa;
-    auto put = [&](int32_t slot, int32_t src) {
-      const float v = row[size_t(src)] * inv;
-      float r = std::nearbyint(v);  // the default rounding mode: half to even
-      r = std::min(127.f, std::max(-127.f, r));
-      out[(slot & ~7) + a8_position(slot & 7)] = int8_t(r);
-    };
-    for (const auto& run : w.runs)
-      for (int32_t i = 0; i < run.len; ++i) put(run.dst + i, run.src + i);
-    for (size_t j = 0; j < w.slot_source.size(); ++j)
-      if (w.slot_source[j] >= 0) put(int32_t(j), w.slot_source[j]);
+    // Padding slots are 0 in `slots`: they neither change amax nor quantize to anything but 0.
+    stage_slots(x, w, rk, m, row.data(), slots.data());
+    scales[m] = rk.quantize(slots.data(), w.Kp, out);
+    std::memset(out + w.Kp, 0, size_t(a.stride - w.Kp));
     int32_t* srow = sums + size_t(m) * size_t(a.chunks);
     for (size_t c = 0; c < w.a8_chunks.size(); ++c) {
       const Chunk& ch = w.a8_chunks[c];

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernel_api.hpp"
+#include "probe.hpp"
 
 #include <nibble/sdk/plugin.hpp>
 
@@ -17,14 +18,15 @@ inline int64_t padded_rows(int64_t M) { return (M + kRowPad - 1) / kRowPad * kRo
 size_t a16_workspace_bytes(const PackedLinear& w, int64_t M);
 /// Fill the workspace from x (rows [0, M)); rows [m0, m1) only, so callers may split the work.
 A16Activations a16_view(const PackedLinear& w, int64_t M, void* workspace);
+/// The row arithmetic runs on the ISA level's row kernels (activation_rows.hpp; same bits on all).
 void a16_fill(const sdk::Matrix& x, const PackedLinear& w, const A16Activations& a, int64_t m0,
-              int64_t m1);
+              int64_t m1, IsaLevel level);
 
 /// Workspace bytes for the int8 activations of M rows.
 size_t a8_workspace_bytes(const PackedLinear& w, int64_t M);
 A8Activations a8_view(const PackedLinear& w, int64_t M, void* workspace);
 void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a, int64_t m0,
-             int64_t m1);
+             int64_t m1, IsaLevel level);
 
 /// Rows [m0, m1) of `to` (an n-row buffer laid out for the same weight slots as `from`) from
 /// rows source[m] of `from`; rows ≥ n are padding (zeroed). Lets MoE convert or quantize each

@@ -181,14 +181,14 @@ class LinearPrepared final : public sdk::Prepared {
     if (mode_ == Mode::a16) {
       A16Call call{w_.get(), a16_view(*w_, M, exec.workspace), y, M};
       run_rows(arena, rows, threads,
-               [&](int64_t a, int64_t b) { a16_fill(args.x, *w_, call.x, a, b); });
+               [&](int64_t a, int64_t b) { a16_fill(args.x, *w_, call.x, a, b, level_); });
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
       run_split(arena, M, w_->panels, threads, row_align,
                 [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { fn(call, m0, m1, p0, p1); });
     } else {
       A8Call call{w_.get(), a8_view(*w_, M, exec.workspace), y, M};
       run_rows(arena, rows, threads,
-               [&](int64_t a, int64_t b) { a8_fill(args.x, *w_, call.x, a, b); });
+               [&](int64_t a, int64_t b) { a8_fill(args.x, *w_, call.x, a, b, level_); });
       A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
       run_split(arena, M, w_->panels, threads, row_align,
                 [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { fn(call, m0, m1, p0, p1); });

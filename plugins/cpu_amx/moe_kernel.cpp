@@ -222,9 +222,9 @@ class MoePrepared final : public sdk::Prepared {
     auto fill = [&](const sdk::Matrix& in, const PackedLinear& w, char* buffer, int64_t n,
                     int64_t m0, int64_t m1) {
       if (mode_ == Mode::a16)
-        a16_fill(in, w, a16_view(w, n, buffer), m0, m1);
+        a16_fill(in, w, a16_view(w, n, buffer), m0, m1, level_);
       else
-        a8_fill(in, w, a8_view(w, n, buffer), m0, m1);
+        a8_fill(in, w, a8_view(w, n, buffer), m0, m1, level_);
     };
     // Rows [m0, m1) × panels [p0, p1) of an expert's projection (n rows prepared in `buffer`)
     // into y, on the streaming or the tile micro-kernel by the expert's row count.

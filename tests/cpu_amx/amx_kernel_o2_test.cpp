@@ -47,7 +47,7 @@ TEST(CpuAmxKernelO2, TileKernelsMatchThePortableOnes) {
         void* aligned =
             reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t(63));
         A16Activations a = a16_view(*packed, M, aligned);
-        a16_fill(xm, *packed, a, 0, padded_rows(M));
+        a16_fill(xm, *packed, a, 0, padded_rows(M), IsaLevel::scalar);
         a16_amx(A16Call{packed.get(), a, ya, M}, 0, M, 0, packed->panels);
         a16_portable(A16Call{packed.get(), a, yr, M}, 0, M, 0, packed->panels);
         std::vector<double> da(y_amx.begin(), y_amx.end()), dr(y_ref.begin(), y_ref.end());
@@ -58,7 +58,7 @@ TEST(CpuAmxKernelO2, TileKernelsMatchThePortableOnes) {
         void* aligned =
             reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(ws.data()) + 63) & ~uintptr_t(63));
         A8Activations a = a8_view(*packed, M, aligned);
-        a8_fill(xm, *packed, a, 0, padded_rows(M));
+        a8_fill(xm, *packed, a, 0, padded_rows(M), IsaLevel::scalar);
         a8_amx(A8Call{packed.get(), a, ya, M}, 0, M, 0, packed->panels);
         a8_portable(A8Call{packed.get(), a, yr, M}, 0, M, 0, packed->panels);
         EXPECT_EQ(0, std::memcmp(y_amx.data(), y_ref.data(), y_amx.size() * 4))

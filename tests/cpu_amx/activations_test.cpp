@@ -1,0 +1,176 @@
+// Activation preparation (activations.cpp, activation_rows_avx512.cpp), compiled into the test:
+// the portable row kernels against the definitions written out here, the AVX-512 ones bit for bit
+// against the portable ones (special values included), and whole fills identical at every ISA
+// level for plain and act-order weights.
+#include <gtest/gtest.h>
+
+#include "activation_rows.hpp"
+#include "activations.hpp"
+#include "packed_weight.hpp"
+#include "probe.hpp"
+#include "reference.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace nibble::cpu_amx {
+namespace {
+
+bool have_avx512() { return decide_isa().hardware >= IsaLevel::avx512; }
+
+// Random floats with the values conversions get wrong: NaN, ±inf, ±0, subnormals, bf16 ties.
+std::vector<float> awkward_floats(size_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = nd(rng);
+    if (!specials) continue;
+    switch (rng() % 16) {
+      case 0:
+        v[i] = std::numeric_limits<float>::quiet_NaN();
+        break;
+      case 1:
+        v[i] = std::numeric_limits<float>::infinity();
+        break;
+      case 2:
+        v[i] = -0.f;
+        break;
+      case 3:
+        v[i] = std::numeric_limits<float>::denorm_min() * float(rng() % 1000);
+        break;
+      case 4: {  // exactly halfway between two bf16 values
+        uint32_t u = (rng() & 0x3fff0000u) | 0x8000u;
+        std::memcpy(&v[i], &u, 4);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return v;
+}
+
+TEST(CpuAmxActivationRows, PortableKernelsFollowTheirDefinitions) {
+  const RowKernels rk = row_kernels(IsaLevel::scalar);
+  const std::vector<float> x = awkward_floats(4096, 7, false);
+  // to_bf16 is sdk::f32_to_bf16 element by element.
+  std::vector<uint16_t> b(x.size());
+  rk.to_bf16(x.data(), int64_t(x.size()), b.data());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(b[i], sdk::f32_to_bf16(x[i])) << i;
+  // The sum is within fp32 rounding of the exact sum.
+  double exact = 0, mag = 0;
+  for (uint16_t h : b) exact += sdk::bf16_to_f32(h), mag += std::fabs(sdk::bf16_to_f32(h));
+  EXPECT_NEAR(rk.sum_bf16(b.data(), int64_t(b.size())), exact, mag * 4096 * 0x1p-24);
+  // Quantization: amax, sa, round-half-even, clamp, and the A8 slot positions.
+  std::vector<int8_t> q(x.size());
+  const float sa = rk.quantize(x.data(), int64_t(x.size()), q.data());
+  float amax = 0;
+  for (float f : x) amax = std::max(amax, std::fabs(f));
+  EXPECT_EQ(sa, amax / 127.f);
+  for (size_t k = 0; k < x.size(); ++k) {
+    const float want = std::min(127.f, std::max(-127.f, std::nearbyint(x[k] * (127.f / amax))));
+    ASSERT_EQ(q[(k & ~size_t(7)) + size_t(a8_position(int(k & 7)))], int8_t(want)) << k;
+  }
+  // An all-zero row quantizes with amax 1e-7 (no division by zero).
+  std::vector<float> zeros(32, 0.f);
+  EXPECT_EQ(rk.quantize(zeros.data(), 32, q.data()), 1e-7f / 127.f);
+  for (int k = 0; k < 32; ++k) EXPECT_EQ(q[size_t(k)], 0);
+}
+
+TEST(CpuAmxActivationRows, Avx512KernelsGiveThePortableBits) {
+  if (!have_avx512()) GTEST_SKIP() << "no AVX-512 on this machine";
+  const RowKernels p = row_kernels(IsaLevel::scalar), v = row_kernels(IsaLevel::avx512);
+  for (int64_t n : {16, 48, 1024, 4112}) {
+    const std::vector<float> x = awkward_floats(size_t(n) + 5, uint32_t(n), true);
+    // widen: f32, f16 and bf16 sources, lengths that leave a partial vector.
+    for (DLDataType dt : {sdk::dtype_f32(), sdk::dtype_f16(), sdk::dtype_bf16()}) {
+      const int64_t len = n + 5;
+      std::vector<uint8_t> src(size_t(len) * sdk::dtype_bytes(dt));
+      for (int64_t i = 0; i < len; ++i) sdk::store_float(src.data(), dt, size_t(i), x[size_t(i)]);
+      std::vector<float> a(static_cast<size_t>(len)), b(static_cast<size_t>(len));
+      p.widen(src.data(), dt, len, a.data());
+      v.widen(src.data(), dt, len, b.data());
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << sdk::dtype_name(dt) << n;
+    }
+    std::vector<uint16_t> hp(size_t(n) + 5), hv(size_t(n) + 5);
+    p.to_bf16(x.data(), n + 5, hp.data());
+    v.to_bf16(x.data(), n + 5, hv.data());
+    ASSERT_EQ(hp, hv) << "to_bf16 n=" << n;
+    // Sums and quantization on finite rows (a NaN or inf makes both NaN-valued, compared below).
+    const std::vector<float> f = awkward_floats(size_t(n), uint32_t(n) + 1, false);
+    std::vector<uint16_t> fb(static_cast<size_t>(n));
+    p.to_bf16(f.data(), n, fb.data());
+    const float sp = p.sum_bf16(fb.data(), n), sv = v.sum_bf16(fb.data(), n);
+    EXPECT_EQ(0, std::memcmp(&sp, &sv, 4)) << "sum n=" << n << ": " << sp << " vs " << sv;
+    for (const std::vector<float>* row : {&f, &x}) {
+      std::vector<int8_t> qp(static_cast<size_t>(n)), qv(static_cast<size_t>(n));
+      const float ap = p.quantize(row->data(), n, qp.data());
+      const float av = v.quantize(row->data(), n, qv.data());
+      EXPECT_EQ(0, std::memcmp(&ap, &av, 4)) << "sa n=" << n;
+      EXPECT_EQ(qp, qv) << "quantize n=" << n;
+    }
+  }
+}
+
+TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
+  std::vector<IsaLevel> levels{IsaLevel::scalar, IsaLevel::avx2};
+  if (have_avx512()) levels.push_back(IsaLevel::avx512);
+  for (bool act_order : {false, true})
+    for (DLDataType dt : {sdk::dtype_f32(), sdk::dtype_f16(), sdk::dtype_bf16()}) {
+      test::QuantSpec spec;
+      spec.K = 200;  // groups of 64 padded to 64 slots, a short last group
+      spec.N = 48;
+      spec.group_size = 64;
+      spec.act_order = act_order;
+      spec.seed = act_order ? 3 : 4;
+      test::TestWeight tw = test::random_weight(spec);
+      nibble_canonical_weight cw = tw.view();
+      sdk::QuantWeight w(cw, "fill");
+      auto packed = pack_linear(w, 1);
+      const int64_t M = 5;
+      test::Activations x = test::random_activations(M, spec.K, dt, 9);
+      int64_t shape[2] = {M, spec.K};
+      DLTensor xt{};
+      xt.data = x.bytes.data();
+      xt.device = DLDevice{kDLCPU, 0};
+      xt.ndim = 2;
+      xt.dtype = dt;
+      xt.shape = shape;
+      const sdk::Matrix xm = sdk::as_matrix(&xt, "x");
+      std::vector<std::vector<uint8_t>> a16, a8;
+      for (IsaLevel level : levels) {
+        std::vector<uint8_t> b16(a16_workspace_bytes(*packed, M), 0xAB);
+        a16_fill(xm, *packed, a16_view(*packed, M, b16.data()), 0, padded_rows(M), level);
+        a16.push_back(b16);
+        std::vector<uint8_t> b8(a8_workspace_bytes(*packed, M), 0xAB);
+        a8_fill(xm, *packed, a8_view(*packed, M, b8.data()), 0, padded_rows(M), level);
+        a8.push_back(b8);
+      }
+      for (size_t i = 1; i < levels.size(); ++i) {
+        EXPECT_EQ(a16[0], a16[i]) << "a16 " << isa_name(levels[i]) << " act_order " << act_order
+                                  << " " << sdk::dtype_name(dt);
+        EXPECT_EQ(a8[0], a8[i]) << "a8 " << isa_name(levels[i]) << " act_order " << act_order << " "
+                                << sdk::dtype_name(dt);
+      }
+      // Every slot of a real row holds its source channel (bf16 of it); padding slots are zero.
+      const A16Activations v = a16_view(*packed, M, a16[0].data());
+      std::vector<int32_t> source(size_t(packed->Kp), -1);
+      for (const auto& run : packed->runs)
+        for (int32_t i = 0; i < run.len; ++i) source[size_t(run.dst + i)] = run.src + i;
+      for (size_t j = 0; j < packed->slot_source.size(); ++j) source[j] = packed->slot_source[j];
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t s = 0; s < packed->Kp; ++s) {
+          const uint16_t got = v.x[size_t(m * v.stride + s)];
+          const int32_t src = source[size_t(s)];
+          const uint16_t want =
+              src < 0 ? 0 : sdk::f32_to_bf16(float(x.values[size_t(m * spec.K + src)]));
+          ASSERT_EQ(got, want) << "row " << m << " slot " << s;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace nibble::cpu_amx
