@@ -1,7 +1,10 @@
-// Register-only AMX loops: per thread 4 accumulator tiles and 4 operand tiles loaded once, then
-// 4 independent tile dot products per iteration with no memory traffic. Built with AMX flags;
-// called only after amx_usable(). The tile config is loaded with an inline `ldtilecfg` that reads
-// the whole 64 bytes (GCC 12's _tile_loadconfig() lets the stores filling it die).
+// AMX tile loops: per thread 4 accumulator tiles (a 2×2 block of 16×16 outputs) and 4 operand
+// tiles, 4 independent tile dot products per iteration. The peak loads the operands once (no
+// memory traffic); the loaded variant reloads all 4 operand tiles from L1 every iteration, as any
+// GEMM whose operands come from memory must (2×2 is the most reuse 8 tile registers allow: one
+// tile load per dot product). Built with AMX flags; called only after amx_usable(). The tile
+// config is loaded with an inline `ldtilecfg` that reads the whole 64 bytes (GCC 12's
+// _tile_loadconfig() lets the stores filling it die).
 #include <immintrin.h>
 
 #include <atomic>
@@ -21,7 +24,7 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-template <bool Bf16>
+template <bool Bf16, bool Loaded>
 uint64_t tile_loop(double seconds) {
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
@@ -29,11 +32,12 @@ uint64_t tile_loop(double seconds) {
     cfg.colsb[i] = 64;
   }
   __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
-  alignas(64) static const uint8_t zeros[1024] = {};
-  _tile_loadd(4, zeros, 64);
-  _tile_loadd(5, zeros, 64);
-  _tile_loadd(6, zeros, 64);
-  _tile_loadd(7, zeros, 64);
+  // Operands: A0, A1, B0, B1 (1 KB each), two sets alternating so consecutive loads differ.
+  alignas(64) static const uint8_t zeros[2][4][1024] = {};
+  _tile_loadd(4, zeros[0][0], 64);
+  _tile_loadd(5, zeros[0][1], 64);
+  _tile_loadd(6, zeros[0][2], 64);
+  _tile_loadd(7, zeros[0][3], 64);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -42,6 +46,13 @@ uint64_t tile_loop(double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < end) {
     for (int i = 0; i < 256; ++i) {
+      if constexpr (Loaded) {
+        const auto& op = zeros[i & 1];
+        _tile_loadd(4, op[0], 64);
+        _tile_loadd(5, op[1], 64);
+        _tile_loadd(6, op[2], 64);
+        _tile_loadd(7, op[3], 64);
+      }
       if constexpr (Bf16) {
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
@@ -60,7 +71,7 @@ uint64_t tile_loop(double seconds) {
   return iters;
 }
 
-template <bool Bf16>
+template <bool Bf16, bool Loaded>
 double peak(int threads, double seconds) {
   std::vector<std::thread> ts;
   std::vector<uint64_t> iters(static_cast<size_t>(threads));
@@ -71,7 +82,7 @@ double peak(int threads, double seconds) {
       ready.fetch_add(1);
       while (ready.load() < threads) {
       }
-      iters[size_t(t)] = tile_loop<Bf16>(seconds);
+      iters[size_t(t)] = tile_loop<Bf16, Loaded>(seconds);
     });
   for (auto& t : ts) t.join();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -84,7 +95,13 @@ double peak(int threads, double seconds) {
 
 }  // namespace
 
-double amx_bf16_peak(int threads, double seconds) { return peak<true>(threads, seconds); }
-double amx_int8_peak(int threads, double seconds) { return peak<false>(threads, seconds); }
+double amx_bf16_peak(int threads, double seconds) { return peak<true, false>(threads, seconds); }
+double amx_int8_peak(int threads, double seconds) { return peak<false, false>(threads, seconds); }
+double amx_bf16_loaded_peak(int threads, double seconds) {
+  return peak<true, true>(threads, seconds);
+}
+double amx_int8_loaded_peak(int threads, double seconds) {
+  return peak<false, true>(threads, seconds);
+}
 
 }  // namespace nibble::bench

@@ -71,26 +71,50 @@ inline std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
   return v;
 }
 
+/// The machine's limits sampled during one case: read bandwidth, and where AMX is usable the
+/// tile peak of the case's numeric mode, register-only and with operand loads.
+struct LimitSamples {
+  std::vector<double> bandwidth, peak, loaded_peak;
+};
+
 /// Runs `round()` at least o.rounds times and for at least o.min_seconds (200 rounds at most),
-/// and after every other round samples the read bandwidth and, where AMX is usable, the tile peak
-/// of the numeric mode: the limits are measured seconds apart from the timings they divide.
+/// and after every other round samples the machine's limits into `limits`: they are measured
+/// seconds apart from the timings they divide.
 template <class Round>
 void interleaved_rounds(const Options& o, const ReadBandwidth& bandwidth, bool amx, int mode,
-                        std::vector<double>& bw, std::vector<double>& peak, Round&& round) {
+                        LimitSamples& limits, Round&& round) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  const bool bf16 = mode == NIBBLE_MODE_WEIGHT_ONLY;
   for (int r = 0; r < 200 && (r < o.rounds || elapsed() < o.min_seconds); ++r) {
     round();
     if (r % 2 == 0) {
-      bw.push_back(bandwidth.sample());
-      if (amx)
-        peak.push_back(mode == NIBBLE_MODE_WEIGHT_ONLY ? amx_bf16_peak(o.threads, 0.01)
-                                                       : amx_int8_peak(o.threads, 0.01));
+      limits.bandwidth.push_back(bandwidth.sample());
+      if (amx) {
+        limits.peak.push_back(bf16 ? amx_bf16_peak(o.threads, 0.01)
+                                   : amx_int8_peak(o.threads, 0.01));
+        limits.loaded_peak.push_back(bf16 ? amx_bf16_loaded_peak(o.threads, 0.01)
+                                          : amx_int8_loaded_peak(o.threads, 0.01));
+      }
     }
   }
 }
+
+/// Every limit sample of a run, per AMX tile type, for the summary at its end.
+struct RunLimits {
+  std::vector<double> bandwidth, bf16, int8, bf16_loaded, int8_loaded;
+  /// Add one case's samples (its peaks are of the case's mode).
+  void add(const LimitSamples& s, int mode) {
+    const bool bf = mode == NIBBLE_MODE_WEIGHT_ONLY;
+    bandwidth.insert(bandwidth.end(), s.bandwidth.begin(), s.bandwidth.end());
+    auto& p = bf ? bf16 : int8;
+    p.insert(p.end(), s.peak.begin(), s.peak.end());
+    auto& l = bf ? bf16_loaded : int8_loaded;
+    l.insert(l.end(), s.loaded_peak.begin(), s.loaded_peak.end());
+  }
+};
 
 /// The JSON of a run before its cases: backend, probe, threads, cache and cold-rotation sizes.
 inline nlohmann::json run_header(const Options& o, const std::string& probe, size_t l3,
@@ -107,9 +131,7 @@ inline nlohmann::json run_header(const Options& o, const std::string& probe, siz
 
 /// The end of a run: the machine's limits over the run into `out` and on stdout, then the JSON
 /// file and the report when the options ask for them. Returns the process exit code.
-int finish_run(nlohmann::json& out, const Options& o, const std::vector<double>& bandwidth,
-               const std::vector<double>& bf16_peaks, const std::vector<double>& int8_peaks,
-               bool amx);
+int finish_run(nlohmann::json& out, const Options& o, const RunLimits& limits, bool amx);
 
 /// The MoE bench (moe_bench.cpp): o.moe names the shapes.
 int run_moe(const Options& o);

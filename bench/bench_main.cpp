@@ -165,7 +165,7 @@ int run(const Options& o) {
   bandwidth.sample();  // first touch done; warm the page tables
 
   nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
-  std::vector<double> all_bw, all_bf16, all_int8;
+  RunLimits run_limits;
 
   std::printf("\n%-12s %5s %-6s %-11s %22s %8s %8s %7s %7s %22s %8s\n", "KxN", "M", "mode",
               "kernel", "median (min-max) us", "GB/s", "TFLOP/s", "%BW", "%peak", "oneDNN bf16 us",
@@ -220,8 +220,9 @@ int run(const Options& o) {
         if (with_ref)
           ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, o.threads,
                                                         ws_ref);
-        std::vector<double> tk, td, ratio, bw, peak, tr, ratio_ref;
-        interleaved_rounds(o, bandwidth, amx, mode, bw, peak, [&] {
+        std::vector<double> tk, td, ratio, tr, ratio_ref;
+        LimitSamples limits;
+        interleaved_rounds(o, bandwidth, amx, mode, limits, [&] {
           const double a = seconds_of(
               [&] { layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, o.threads, ws); });
           tk.push_back(a);
@@ -246,12 +247,10 @@ int run(const Options& o) {
             warm.push_back(seconds_of(
                 [&] { layers[0]->forward(x.data(), y.data(), M, K, N, o.threads, ws); }));
         }
-        const Stats sk = stats(tk), sd = stats(td), sr = stats(ratio), sbw = stats(bw),
-                    sp = stats(peak), sw = stats(warm);
-        all_bw.insert(all_bw.end(), bw.begin(), bw.end());
-        (mode == NIBBLE_MODE_WEIGHT_ONLY ? all_bf16 : all_int8)
-            .insert((mode == NIBBLE_MODE_WEIGHT_ONLY ? all_bf16 : all_int8).end(), peak.begin(),
-                    peak.end());
+        const Stats sk = stats(tk), sd = stats(td), sr = stats(ratio),
+                    sbw = stats(limits.bandwidth), sp = stats(limits.peak),
+                    sl = stats(limits.loaded_peak), sw = stats(warm);
+        run_limits.add(limits, mode);
         const double gbps = double(layer_bytes) / sk.median / 1e9;
         const double tflops = 2.0 * double(M * N * K) / sk.median / 1e12;
         const double r_bw = gbps / sbw.median;
@@ -288,8 +287,11 @@ int run(const Options& o) {
         c["ratio_bandwidth"] = r_bw;
         c["bound_seconds"] = double(layer_bytes) / (sbw.median * 1e9);
         if (amx) {
-          c[mode == NIBBLE_MODE_WEIGHT_ONLY ? "amx_bf16_tflops" : "amx_int8_tops"] = to_json(sp);
+          const bool bf = mode == NIBBLE_MODE_WEIGHT_ONLY;
+          c[bf ? "amx_bf16_tflops" : "amx_int8_tops"] = to_json(sp);
+          c[bf ? "amx_bf16_loaded_tflops" : "amx_int8_loaded_tops"] = to_json(sl);
           c["ratio_peak"] = r_peak;
+          c["ratio_loaded_peak"] = tflops / sl.median;
         }
         if (dense) {
           c["onednn_bf16_seconds"] = to_json(sd);
@@ -306,24 +308,30 @@ int run(const Options& o) {
       }
     }
   }
-  return finish_run(out, o, all_bw, all_bf16, all_int8, amx);
+  return finish_run(out, o, run_limits, amx);
 }
 
 }  // namespace
 
-int finish_run(nlohmann::json& out, const Options& o, const std::vector<double>& all_bw,
-               const std::vector<double>& all_bf16, const std::vector<double>& all_int8, bool amx) {
-  out["read_gbps"] = to_json(stats(all_bw));
+int finish_run(nlohmann::json& out, const Options& o, const RunLimits& limits, bool amx) {
+  out["read_gbps"] = to_json(stats(limits.bandwidth));
   if (amx) {
-    out["amx_bf16_tflops"] = to_json(stats(all_bf16));
-    out["amx_int8_tops"] = to_json(stats(all_int8));
+    out["amx_bf16_tflops"] = to_json(stats(limits.bf16));
+    out["amx_int8_tops"] = to_json(stats(limits.int8));
+    out["amx_bf16_loaded_tflops"] = to_json(stats(limits.bf16_loaded));
+    out["amx_int8_loaded_tops"] = to_json(stats(limits.int8_loaded));
   }
-  const Stats b = stats(all_bw);
+  const Stats b = stats(limits.bandwidth);
   std::printf("\nmachine, over the run: read %.1f GB/s (%.1f-%.1f)", b.median, b.min, b.max);
   if (amx) {
-    const Stats p16 = stats(all_bf16), p8 = stats(all_int8);
+    const Stats p16 = stats(limits.bf16), p8 = stats(limits.int8);
+    const Stats l16 = stats(limits.bf16_loaded), l8 = stats(limits.int8_loaded);
     std::printf(", AMX bf16 %.2f TFLOP/s (%.2f-%.2f), AMX int8 %.2f TOP/s (%.2f-%.2f)", p16.median,
                 p16.min, p16.max, p8.median, p8.min, p8.max);
+    std::printf(
+        "\n  with operand tile loads (the 2x2 loop a GEMM can run): bf16 %.2f TFLOP/s "
+        "(%.2f-%.2f), int8 %.2f TOP/s (%.2f-%.2f)",
+        l16.median, l16.min, l16.max, l8.median, l8.min, l8.max);
   }
   std::printf("\n");
   if (!o.json.empty()) {

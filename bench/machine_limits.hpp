@@ -1,6 +1,7 @@
 // The machine's limits, measured by the bench itself next to the kernels: a STREAM-like read
-// bandwidth over a buffer larger than the last-level cache, and register-only AMX tile loops for
-// the bf16 and int8 peaks (the AMX unit may be shared: a peak from a minute ago means little).
+// bandwidth over a buffer larger than the last-level cache, and AMX tile loops for the bf16 and
+// int8 peaks, register-only and with operand loads (the AMX unit may be shared: a peak from a
+// minute ago means little).
 #pragma once
 
 #include <cstddef>
@@ -33,5 +34,9 @@ class ReadBandwidth {
 /// TFLOP/s (bf16) or TOP/s (int8). Only call when amx_usable().
 double amx_bf16_peak(int threads, double seconds);
 double amx_int8_peak(int threads, double seconds);
+/// The same 2×2 tile loop reloading its 4 operand tiles from L1 every iteration: the most a tile
+/// GEMM can reach on this machine once its operands come from memory.
+double amx_bf16_loaded_peak(int threads, double seconds);
+double amx_int8_loaded_peak(int threads, double seconds);
 
 }  // namespace nibble::bench

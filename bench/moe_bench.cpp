@@ -168,7 +168,7 @@ int run_moe(const Options& o) {
   bandwidth.sample();
 
   nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
-  std::vector<double> all_bw, all_bf16, all_int8;
+  RunLimits run_limits;
   std::printf("\n%-9s %5s %-6s %-8s %22s %8s %7s %6s %8s %6s %10s %7s %10s %7s\n", "shape", "M",
               "mode", "kernel", "median (min-max) us", "routedMB", "GB/s", "%BW", "TFLOP/s",
               "%peak", "loop us", "vs loop", "oneDNN us", "vs dnn");
@@ -254,8 +254,9 @@ int run_moe(const Options& o) {
         call_loop();
         if (o.onednn) call_dense();
         const double disagreement = relative_difference(yl, y);
-        std::vector<double> t_fused, t_loop, t_dense, r_loop, r_dense, bw, peak;
-        interleaved_rounds(o, bandwidth, amx, mode, bw, peak, [&] {
+        std::vector<double> t_fused, t_loop, t_dense, r_loop, r_dense;
+        LimitSamples limits;
+        interleaved_rounds(o, bandwidth, amx, mode, limits, [&] {
           const double a = seconds_of(call_fused);
           const double b = seconds_of(call_loop);
           t_fused.push_back(a);
@@ -268,10 +269,9 @@ int run_moe(const Options& o) {
           }
         });
         const Stats sf = stats(t_fused), sl = stats(t_loop), sd = stats(t_dense),
-                    srl = stats(r_loop), srd = stats(r_dense), sbw = stats(bw), sp = stats(peak);
-        all_bw.insert(all_bw.end(), bw.begin(), bw.end());
-        auto& peaks = mode == NIBBLE_MODE_WEIGHT_ONLY ? all_bf16 : all_int8;
-        peaks.insert(peaks.end(), peak.begin(), peak.end());
+                    srl = stats(r_loop), srd = stats(r_dense), sbw = stats(limits.bandwidth),
+                    sp = stats(limits.peak), slp = stats(limits.loaded_peak);
+        run_limits.add(limits, mode);
         const double gbps = routed_bytes / sf.median / 1e9;
         const double tflops = flops / sf.median / 1e12;
         const double r_bw = gbps / sbw.median;
@@ -316,8 +316,11 @@ int run_moe(const Options& o) {
         c["speedup_loop"] = to_json(srl);
         c["loop_relative_difference"] = disagreement;
         if (amx) {
-          c[mode == NIBBLE_MODE_WEIGHT_ONLY ? "amx_bf16_tflops" : "amx_int8_tops"] = to_json(sp);
+          const bool bf = mode == NIBBLE_MODE_WEIGHT_ONLY;
+          c[bf ? "amx_bf16_tflops" : "amx_int8_tops"] = to_json(sp);
+          c[bf ? "amx_bf16_loaded_tflops" : "amx_int8_loaded_tops"] = to_json(slp);
           c["ratio_peak"] = r_peak;
+          c["ratio_loaded_peak"] = tflops / slp.median;
         }
         if (o.onednn) {
           c["onednn_bf16_seconds"] = to_json(sd);
@@ -327,7 +330,7 @@ int run_moe(const Options& o) {
       }
     }
   }
-  return finish_run(out, o, all_bw, all_bf16, all_int8, amx);
+  return finish_run(out, o, run_limits, amx);
 }
 
 }  // namespace nibble::bench

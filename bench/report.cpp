@@ -110,6 +110,9 @@ std::string roofline_svg(const nlohmann::json& results) {
   const double bw = num(results, "read_gbps");                // GB/s
   const double bf16 = num(results, "amx_bf16_tflops") * 1e3;  // GFLOP/s
   const double int8 = num(results, "amx_int8_tops") * 1e3;
+  // The same tile loops reloading their operands (absent from runs before they were measured).
+  const double bf16_loaded = num(results, "amx_bf16_loaded_tflops") * 1e3;
+  const double int8_loaded = num(results, "amx_int8_loaded_tops") * 1e3;
   double xmin = 1e9, xmax = 0, ymin = 1e9, ymax = 0;
   struct Point {
     double x, y;
@@ -147,12 +150,15 @@ std::string roofline_svg(const nlohmann::json& results) {
       << p.px(xb) << "\" y2=\"" << p.py(bw * xb) << "\" stroke=\"#555\" stroke-width=\"2\"/>\n";
     legend(s, p, row++, "#555", "read " + std::to_string(int(bw + 0.5)) + " GB/s");
   }
-  for (auto [peak, color, name] : {std::tuple{bf16, "#1b9e77", "AMX bf16 peak"},
-                                   std::tuple{int8, "#d95f02", "AMX int8 peak"}}) {
+  for (auto [peak, color, name, dash] :
+       {std::tuple{bf16, "#1b9e77", "AMX bf16 peak", "6 4"},
+        std::tuple{int8, "#d95f02", "AMX int8 peak", "6 4"},
+        std::tuple{bf16_loaded, "#1b9e77", "AMX bf16, operands loaded", "2 3"},
+        std::tuple{int8_loaded, "#d95f02", "AMX int8, operands loaded", "2 3"}}) {
     if (peak <= 0) continue;
     s << "<line x1=\"" << p.px(p.x0) << "\" y1=\"" << p.py(peak) << "\" x2=\"" << p.px(p.x1)
       << "\" y2=\"" << p.py(peak) << "\" stroke=\"" << color
-      << "\" stroke-width=\"2\" stroke-dasharray=\"6 4\"/>\n";
+      << "\" stroke-width=\"2\" stroke-dasharray=\"" << dash << "\"/>\n";
     legend(s, p, row++, color, std::string(name), true);
   }
   legend(s, p, row++, mode_color("w4a16"), "w4a16 cases");

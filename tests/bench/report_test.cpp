@@ -50,6 +50,8 @@ TEST(BenchReport, TheRooflineHasOnePointPerCaseAndTheMeasuredRoofs) {
   EXPECT_THAT(svg, HasSubstr("read 29 GB/s"));
   EXPECT_THAT(svg, HasSubstr("AMX bf16 peak"));
   EXPECT_THAT(svg, HasSubstr("AMX int8 peak"));
+  EXPECT_THAT(svg, HasSubstr("AMX bf16, operands loaded"));
+  EXPECT_THAT(svg, HasSubstr("AMX int8, operands loaded"));
   EXPECT_THAT(svg, HasSubstr("cpu_amx w4a8 4096x4096 M=1024"));
   EXPECT_EQ(svg.rfind("</svg>"), svg.size() - 7);
 }
