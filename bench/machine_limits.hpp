@@ -30,8 +30,8 @@ class ReadBandwidth {
   int threads_ = 1;
 };
 
-/// Register-only TDPBF16PS / TDPBSSD loops on `threads` threads for about `seconds`:
-/// TFLOP/s (bf16) or TOP/s (int8). Only call when amx_usable().
+/// Register-only TDPBF16PS / TDPBSSD loops (random operands) on `threads` threads for about
+/// `seconds`: TFLOP/s (bf16) or TOP/s (int8). Only call when amx_usable().
 double amx_bf16_peak(int threads, double seconds);
 double amx_int8_peak(int threads, double seconds);
 /// The same 2×2 tile loop reloading its 4 operand tiles from L1 every iteration: the most a tile
