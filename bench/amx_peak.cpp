@@ -58,7 +58,7 @@ uint64_t tile_loop(double seconds) {
     cfg.colsb[i] = 64;
   }
   __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
-  static const Operands operands = random_operands(Bf16);
+  alignas(64) static const Operands operands = random_operands(Bf16);  // 64-byte tile rows
   _tile_loadd(4, operands[0][0].data(), 64);
   _tile_loadd(5, operands[0][1].data(), 64);
   _tile_loadd(6, operands[0][2].data(), 64);
