@@ -30,6 +30,8 @@ struct RowKernels {
 /// The row kernels for an ISA level (AVX-512 ones from the avx512 level up).
 RowKernels row_kernels(IsaLevel level);
 
+/// The AVX-512 row kernels (activation_rows_avx512.cpp, built with AVX-512 flags); callers go
+/// through row_kernels(), which hands them out only where the probe found AVX-512.
 RowKernels row_kernels_avx512();
 
 }  // namespace nibble::cpu_amx
