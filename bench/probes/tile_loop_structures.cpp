@@ -5,7 +5,7 @@
 // "blk" with A pre-blocked into contiguous tiles; "bare" the 2x2 tile loop with operands from L1
 // only. Each round runs every variant once; reported against the same round's "cur" and against
 // a register-only peak taken right after. Timing only: the data are arbitrary.
-// Usage: nibble_probe_tile_loops [threads] [rounds] [name filter]
+// Usage: nibble_probe_tile_loop_structures [threads] [rounds] [name filter]
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
 // throughput depend on the operands' data, and what do operand loads cost? The 2x2 tile loop
 // register-only and with its 4 operand tiles reloaded from L1 each iteration, on zero and on
 // random operands, back to back in every round.
-// Usage: nibble_probe_tile_data [threads] [rounds]
+// Usage: nibble_probe_tile_operand_data [threads] [rounds]
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
