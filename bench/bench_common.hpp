@@ -75,6 +75,16 @@ inline std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
 /// tile peak of the case's numeric mode, register-only and with operand loads.
 struct LimitSamples {
   std::vector<double> bandwidth, peak, loaded_peak;
+  /// A case's AMX fields in its JSON: the mode's peak and loaded peak, and the ratios of the
+  /// case's `tflops` to them.
+  void put_amx(nlohmann::json& c, int mode, double tflops) const {
+    const bool bf = mode == NIBBLE_MODE_WEIGHT_ONLY;
+    const Stats p = stats(peak), l = stats(loaded_peak);
+    c[bf ? "amx_bf16_tflops" : "amx_int8_tops"] = to_json(p);
+    c[bf ? "amx_bf16_loaded_tflops" : "amx_int8_loaded_tops"] = to_json(l);
+    c["ratio_peak"] = tflops / p.median;
+    c["ratio_loaded_peak"] = tflops / l.median;
+  }
 };
 
 /// Runs `round()` at least o.rounds times and for at least o.min_seconds (200 rounds at most),

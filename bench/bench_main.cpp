@@ -248,8 +248,7 @@ int run(const Options& o) {
                 [&] { layers[0]->forward(x.data(), y.data(), M, K, N, o.threads, ws); }));
         }
         const Stats sk = stats(tk), sd = stats(td), sr = stats(ratio),
-                    sbw = stats(limits.bandwidth), sp = stats(limits.peak),
-                    sl = stats(limits.loaded_peak), sw = stats(warm);
+                    sbw = stats(limits.bandwidth), sp = stats(limits.peak), sw = stats(warm);
         run_limits.add(limits, mode);
         const double gbps = double(layer_bytes) / sk.median / 1e9;
         const double tflops = 2.0 * double(M * N * K) / sk.median / 1e12;
@@ -287,11 +286,7 @@ int run(const Options& o) {
         c["ratio_bandwidth"] = r_bw;
         c["bound_seconds"] = double(layer_bytes) / (sbw.median * 1e9);
         if (amx) {
-          const bool bf = mode == NIBBLE_MODE_WEIGHT_ONLY;
-          c[bf ? "amx_bf16_tflops" : "amx_int8_tops"] = to_json(sp);
-          c[bf ? "amx_bf16_loaded_tflops" : "amx_int8_loaded_tops"] = to_json(sl);
-          c["ratio_peak"] = r_peak;
-          c["ratio_loaded_peak"] = tflops / sl.median;
+          limits.put_amx(c, mode, tflops);
         }
         if (dense) {
           c["onednn_bf16_seconds"] = to_json(sd);

@@ -270,7 +270,7 @@ int run_moe(const Options& o) {
         });
         const Stats sf = stats(t_fused), sl = stats(t_loop), sd = stats(t_dense),
                     srl = stats(r_loop), srd = stats(r_dense), sbw = stats(limits.bandwidth),
-                    sp = stats(limits.peak), slp = stats(limits.loaded_peak);
+                    sp = stats(limits.peak);
         run_limits.add(limits, mode);
         const double gbps = routed_bytes / sf.median / 1e9;
         const double tflops = flops / sf.median / 1e12;
@@ -316,11 +316,7 @@ int run_moe(const Options& o) {
         c["speedup_loop"] = to_json(srl);
         c["loop_relative_difference"] = disagreement;
         if (amx) {
-          const bool bf = mode == NIBBLE_MODE_WEIGHT_ONLY;
-          c[bf ? "amx_bf16_tflops" : "amx_int8_tops"] = to_json(sp);
-          c[bf ? "amx_bf16_loaded_tflops" : "amx_int8_loaded_tops"] = to_json(slp);
-          c["ratio_peak"] = r_peak;
-          c["ratio_loaded_peak"] = tflops / slp.median;
+          limits.put_amx(c, mode, tflops);
         }
         if (o.onednn) {
           c["onednn_bf16_seconds"] = to_json(sd);
