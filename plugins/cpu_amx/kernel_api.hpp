@@ -54,6 +54,9 @@ struct A16Call {
   A16Activations x;
   OutputView y;
   int64_t M = 0;
+  /// The tile kernel dequantizes B once to bf16 ((q − z)·s rounded once) and runs a plain bf16
+  /// GEMM instead of the exact per-group epilogue (the dispatcher sets it above a row count).
+  bool dequantize_b = false;
 };
 
 struct A8Call {
