@@ -91,7 +91,10 @@ A16Activations a16_view(const PackedLinear& w, int64_t M, void* workspace) {
 void a16_fill(const sdk::Matrix& x, const PackedLinear& w, const A16Activations& a, int64_t m0,
               int64_t m1, IsaLevel level) {
   const RowKernels rk = row_kernels(level);
-  std::vector<float> row(size_t(w.K)), slots(size_t(w.Kp));
+  // Per thread and kept: a forward allocates nothing once warm.
+  thread_local std::vector<float> row, slots;
+  if (row.size() < size_t(w.K)) row.resize(size_t(w.K));
+  if (slots.size() < size_t(w.Kp)) slots.resize(size_t(w.Kp));
   auto* xb = const_cast<uint16_t*>(a.x);
   auto* sums = const_cast<float*>(a.sum);
   const int64_t M = x.rows;
@@ -142,7 +145,10 @@ A8Activations a8_view(const PackedLinear& w, int64_t M, void* workspace) {
 void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a, int64_t m0,
              int64_t m1, IsaLevel level) {
   const RowKernels rk = row_kernels(level);
-  std::vector<float> row(size_t(w.K)), slots(size_t(w.Kp));
+  // Per thread and kept: a forward allocates nothing once warm.
+  thread_local std::vector<float> row, slots;
+  if (row.size() < size_t(w.K)) row.resize(size_t(w.K));
+  if (slots.size() < size_t(w.Kp)) slots.resize(size_t(w.Kp));
   auto* xq = const_cast<int8_t*>(a.q);
   auto* scales = const_cast<float*>(a.scale);
   auto* sums = const_cast<int32_t*>(a.sum);

@@ -4,19 +4,17 @@
 // `dense_onednn` (bf16, oneDNN picks its AMX/AVX-512 brgemm) for larger ones (lm_head and other
 // modules_to_not_convert), where bf16 halves the memory and the traffic. The weight is converted
 // once at prepare; activations per call in the workspace; the fp32 result gets the bias and is
-// rounded to y's dtype. Threads: the output columns are split over the linear kernels' oneTBB
-// arena, and each slice runs oneDNN with that thread's OpenMP limit at 1 (restored after), so
+// rounded to y's dtype. Threads: the output columns are split over the linear kernels' worker
+// pool, and each slice runs oneDNN with that thread's OpenMP limit at 1 (restored after), so
 // Debian's OpenMP build of oneDNN never starts an OpenMP pool — those threads could not be joined
 // at shutdown. One primitive per (M, column slice), created on first use and cached (primitives are
 // immutable and may execute concurrently).
 #include "linear_kernels.hpp"
+#include "worker_pool.hpp"
 
 #include <nibble/sdk/numeric.hpp>
 
 #include <omp.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
 #include <dnnl.hpp>
 
 #include <map>
@@ -104,14 +102,7 @@ class DensePrepared final : public sdk::Prepared {
     if (parts == 1) {
       slice(0);
     } else {
-      arena_for(threads).execute([&] {
-        tbb::parallel_for(
-            tbb::blocked_range<int64_t>(0, parts, 1),
-            [&](const tbb::blocked_range<int64_t>& r) {
-              for (int64_t i = r.begin(); i < r.end(); ++i) slice(i);
-            },
-            tbb::static_partitioner());
-      });
+      WorkerPool::instance().run(int(parts), [&](int i) { slice(i); });
     }
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N_; ++n)

@@ -1,7 +1,8 @@
 // Dispatch and threading of the quantized linear kernels. Compiled without ISA flags: it only
 // picks, by the probe's ISA level (re-read at every prepare), which micro-kernel file runs, and
-// splits the work over a oneTBB arena of exec.num_threads threads (static partition; TBB's workers
-// sleep between calls, nothing spins).
+// splits the work over the worker pool (worker_pool.hpp) in one dispatch per call: each part
+// prepares its share of the activation rows, waits at a barrier, then runs its static slice of
+// rows × panels, so a thread keeps its slice of the weight from call to call.
 #include "linear_kernels.hpp"
 
 #include "activations.hpp"
@@ -11,32 +12,22 @@
 
 #include <nibble/sdk/weights.hpp>
 
-#include <tbb/blocked_range.h>
+#include "worker_pool.hpp"
+
 #include <tbb/global_control.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-#include <tbb/task_arena.h>
+
+#include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 namespace nibble::cpu_amx {
 namespace {
 
 enum class Mode { a16, a8 };
-
-// Rows up to this many run the streaming (GEMV-like) AVX-512 kernels even where AMX exists; above
-// it the tile kernels. Measured on a 2-core Xeon with AMX (docs/cpu_amx.md): VDPBF16PS streaming
-// wins only at M = 1 (its instruction rate, not memory, limits it from M = 2); VPDPBUSD streaming
-// wins up to M = 4. NIBBLE_CPU_AMX_SMALL_M (read at prepare) overrides it for benchmarks and tests.
-int64_t small_m_limit(Mode mode) {
-  if (const char* e = std::getenv("NIBBLE_CPU_AMX_SMALL_M"); e && *e) return std::atoll(e);
-  return mode == Mode::a16 ? 1 : 4;
-}
 
 struct Paths {
   A16Fn a16_small, a16_large;
@@ -72,62 +63,83 @@ Split split_work(int64_t M, int64_t panels, int threads, int64_t row_align) {
   return s;
 }
 
-template <class Fn>
-void run_split(tbb::task_arena& arena, int64_t M, int64_t panels, int threads, int64_t row_align,
-               Fn&& fn) {
-  const Split s = split_work(M, panels, threads, row_align);
-  const int64_t row_blocks = (M + row_align - 1) / row_align;
-  const int64_t units = s.m_parts * s.n_parts;
-  auto body = [&](int64_t u) {
-    const int64_t mi = u / s.n_parts, ni = u % s.n_parts;
-    // Panels in pairs so a thread's slice starts on an even panel (two streams per pass).
-    const int64_t pairs = (panels + 1) / 2;
-    const int64_t pa = pairs * ni / s.n_parts, pb = pairs * (ni + 1) / s.n_parts;
-    const int64_t p0 = std::min(panels, 2 * pa), p1 = std::min(panels, 2 * pb);
-    const int64_t b0 = row_blocks * mi / s.m_parts, b1 = row_blocks * (mi + 1) / s.m_parts;
-    const int64_t m0 = std::min(M, b0 * row_align), m1 = std::min(M, b1 * row_align);
-    if (p0 < p1 && m0 < m1) fn(m0, m1, p0, p1);
-  };
-  if (units == 1) {
-    body(0);
-    return;
-  }
-  arena.execute([&] {
-    tbb::parallel_for(
-        tbb::blocked_range<int64_t>(0, units, 1),
-        [&](const tbb::blocked_range<int64_t>& r) {
-          for (int64_t u = r.begin(); u < r.end(); ++u) body(u);
-        },
-        tbb::static_partitioner());
-  });
-}
+// A part of a call gets at least this many bytes of weight (times 16-row blocks of M): below it,
+// waking one more thread costs more than the part saves.
+constexpr int64_t kMinPartBytes = 32 << 10;
 
-// Fill activations for rows [0, Mp) split over the threads.
-template <class Fill>
-void run_rows(tbb::task_arena& arena, int64_t rows, int threads, Fill&& fill) {
-  if (threads <= 1 || rows < 4) {
-    fill(int64_t(0), rows);
-    return;
-  }
-  arena.execute([&] {
-    tbb::parallel_for(
-        tbb::blocked_range<int64_t>(0, rows, std::max<int64_t>(1, rows / threads)),
-        [&](const tbb::blocked_range<int64_t>& r) { fill(r.begin(), r.end()); },
-        tbb::static_partitioner());
-  });
-}
-
-// One arena per thread count for the whole process, created on first use: building an arena per
-// call costs tens of microseconds, a tenth of a decode GEMV. Arenas are safe to execute from
-// several threads at once; their workers sleep when idle. The registry is never destroyed (the
-// host may call shutdown after this library's static destructors would have run).
-struct Arenas {
-  std::mutex mutex;
-  std::map<int, std::unique_ptr<tbb::task_arena>> by_threads;
+// Rows × panels of one part of a split (empty when the split has fewer units than parts).
+struct Slice {
+  int64_t m0 = 0, m1 = 0, p0 = 0, p1 = 0;
+  bool empty() const { return m0 >= m1 || p0 >= p1; }
 };
-Arenas& arenas() {
-  static Arenas* a = new Arenas;
-  return *a;
+Slice slice_of(const Split& s, int64_t M, int64_t panels, int64_t row_align, int64_t part) {
+  Slice out;
+  if (part >= s.m_parts * s.n_parts) return out;
+  const int64_t row_blocks = (M + row_align - 1) / row_align;
+  const int64_t mi = part / s.n_parts, ni = part % s.n_parts;
+  // Panels in pairs so a thread's slice starts on an even panel (two streams per pass).
+  const int64_t pairs = (panels + 1) / 2;
+  const int64_t pa = pairs * ni / s.n_parts, pb = pairs * (ni + 1) / s.n_parts;
+  out.p0 = std::min(panels, 2 * pa);
+  out.p1 = std::min(panels, 2 * pb);
+  const int64_t b0 = row_blocks * mi / s.m_parts, b1 = row_blocks * (mi + 1) / s.m_parts;
+  out.m0 = std::min(M, b0 * row_align);
+  out.m1 = std::min(M, b1 * row_align);
+  return out;
+}
+
+// A one-use barrier for the parts of one call (all of them run at once on the pool).
+class PartBarrier {
+ public:
+  explicit PartBarrier(int parts) : parts_(parts) {}
+  void arrive_and_wait() {
+    arrived_.fetch_add(1, std::memory_order_acq_rel);
+    for (unsigned n = 0; arrived_.load(std::memory_order_acquire) < parts_; ++n)
+      if (n < (1u << 14))
+        _mm_pause();
+      else
+        std::this_thread::yield();
+  }
+
+ private:
+  const int parts_;
+  std::atomic<int> arrived_{0};
+};
+
+// One call of a linear layer on the pool: prepare(r0, r1) fills activation rows [r0, r1) (split
+// over the parts when there are enough rows), then compute(slice) runs each part's slice.
+template <class Prepare, class Compute>
+void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, int threads,
+                int64_t row_align, const Prepare& prepare, const Compute& compute) {
+  const int64_t row_work = (M + 15) / 16;
+  const int64_t by_bytes = std::max<int64_t>(1, weight_bytes * row_work / kMinPartBytes);
+  const Split s = split_work(M, panels, int(std::min<int64_t>(threads, by_bytes)), row_align);
+  const int parts = int(s.m_parts * s.n_parts);
+  if (parts == 1) {
+    prepare(int64_t(0), rows);
+    compute(slice_of(s, M, panels, row_align, 0));
+    return;
+  }
+  // Rows in blocks of 4 per part; decode-sized activations are prepared by part 0 alone.
+  const int64_t row_blocks = (rows + 3) / 4;
+  const int64_t fillers = std::min<int64_t>(parts, row_blocks >= 8 ? row_blocks : 1);
+  PartBarrier barrier(parts);
+  WorkerPool::instance().run(parts, [&](int part) {
+    {
+      // Arrive even when preparing throws, or the other parts would wait forever.
+      struct Arrive {
+        PartBarrier& b;
+        ~Arrive() { b.arrive_and_wait(); }
+      } arrive{barrier};
+      if (part < fillers) {
+        const int64_t r0 = std::min(rows, 4 * (row_blocks * part / fillers));
+        const int64_t r1 = std::min(rows, 4 * (row_blocks * (part + 1) / fillers));
+        if (r0 < r1) prepare(r0, r1);
+      }
+    }
+    const Slice slice = slice_of(s, M, panels, row_align, part);
+    if (!slice.empty()) compute(slice);
+  });
 }
 
 }  // namespace
@@ -145,12 +157,19 @@ std::string quantized_mode_limits(const nibble_layer_desc& d, bool weight_only) 
   return "";
 }
 
-tbb::task_arena& arena_for(int threads) {
-  Arenas& a = arenas();
-  std::lock_guard<std::mutex> lock(a.mutex);
-  auto& arena = a.by_threads[threads];
-  if (!arena) arena = std::make_unique<tbb::task_arena>(threads);
-  return *arena;
+// Rows up to this many run the streaming (GEMV-like) AVX-512 kernels even where AMX exists; above
+// it the tile kernels. Measured on a 2-core Xeon with AMX (docs/cpu_amx.md): VDPBF16PS streaming
+// wins only at M = 1 (its instruction rate, not memory, limits it from M = 2); VPDPBUSD streaming
+// wins up to M = 4. NIBBLE_CPU_AMX_SMALL_M (read at prepare) overrides it for benchmarks and tests.
+int64_t streaming_row_limit(bool weight_only) {
+  if (const char* e = std::getenv("NIBBLE_CPU_AMX_SMALL_M"); e && *e) return std::atoll(e);
+  return weight_only ? 1 : 4;
+}
+
+// NIBBLE_CPU_AMX_DEQUANT_M (read at prepare) overrides the crossover for benchmarks and tests.
+int64_t dequant_row_threshold() {
+  if (const char* e = std::getenv("NIBBLE_CPU_AMX_DEQUANT_M"); e && *e) return std::atoll(e);
+  return 64;
 }
 
 namespace {
@@ -162,7 +181,8 @@ class LinearPrepared final : public sdk::Prepared {
         w_(std::move(w)),
         level_(level),
         paths_(paths_for(level)),
-        small_m_(small_m_limit(mode)) {}
+        small_m_(streaming_row_limit(mode == Mode::a16)),
+        dequant_m_(dequant_row_threshold()) {}
 
   size_t bytes() const override { return w_->bytes(); }
 
@@ -172,26 +192,29 @@ class LinearPrepared final : public sdk::Prepared {
 
   void forward(const sdk::ForwardArgs& args, const sdk::Exec& exec) const override {
     const int threads = std::max(1, exec.num_threads);
-    tbb::task_arena& arena = arena_for(threads);
     const int64_t M = args.M;
-    const int64_t rows = padded_rows(M);
+    const int64_t bytes = int64_t(w_->bytes());
     OutputView y{args.y.data, args.y.stride, args.y.dtype, w_->N};
     const bool large = level_ == IsaLevel::amx && M > small_m_;
+    // The tile kernels read whole 32-row blocks (zero padding rows); the streaming ones row M - 1
+    // at most.
+    const int64_t rows = large ? padded_rows(M) : M;
     const int64_t row_align = large ? kRowPad : 4;
     if (mode_ == Mode::a16) {
       A16Call call{w_.get(), a16_view(*w_, M, exec.workspace), y, M};
-      run_rows(arena, rows, threads,
-               [&](int64_t a, int64_t b) { a16_fill(args.x, *w_, call.x, a, b, level_); });
+      call.dequantize_b = M >= dequant_m_;
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
-      run_split(arena, M, w_->panels, threads, row_align,
-                [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { fn(call, m0, m1, p0, p1); });
+      run_linear(
+          M, rows, w_->panels, bytes, threads, row_align,
+          [&](int64_t a, int64_t b) { a16_fill(args.x, *w_, call.x, a, b, level_); },
+          [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
     } else {
       A8Call call{w_.get(), a8_view(*w_, M, exec.workspace), y, M};
-      run_rows(arena, rows, threads,
-               [&](int64_t a, int64_t b) { a8_fill(args.x, *w_, call.x, a, b, level_); });
       A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
-      run_split(arena, M, w_->panels, threads, row_align,
-                [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) { fn(call, m0, m1, p0, p1); });
+      run_linear(
+          M, rows, w_->panels, bytes, threads, row_align,
+          [&](int64_t a, int64_t b) { a8_fill(args.x, *w_, call.x, a, b, level_); },
+          [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
     }
   }
 
@@ -201,6 +224,7 @@ class LinearPrepared final : public sdk::Prepared {
   IsaLevel level_;
   Paths paths_;
   int64_t small_m_;
+  int64_t dequant_m_;
 };
 
 class LinearKernel final : public sdk::Kernel {
@@ -252,12 +276,8 @@ class LinearKernel final : public sdk::Kernel {
 
 }  // namespace
 
-void release_thread_arenas() {
-  {
-    Arenas& a = arenas();
-    std::lock_guard<std::mutex> lock(a.mutex);
-    a.by_threads.clear();
-  }
+void release_threads() {
+  WorkerPool::instance().stop();
   // Join oneTBB's workers, unless something else in the process still holds the scheduler.
   tbb::task_scheduler_handle handle{tbb::attach{}};
   if (!tbb::finalize(handle, std::nothrow))

@@ -4,10 +4,9 @@
 
 #include <nibble/sdk/plugin.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <string>
-
-#include <tbb/task_arena.h>
 
 namespace nibble::cpu_amx {
 
@@ -22,11 +21,15 @@ std::unique_ptr<sdk::Kernel> make_dense_onednn_f32_kernel();
 /// linear and MoE kernels share these rules.
 std::string quantized_mode_limits(const nibble_layer_desc& d, bool weight_only);
 
-/// The process-wide oneTBB arena of `threads` threads (created on first use).
-tbb::task_arena& arena_for(int threads);
+/// Rows up to which the streaming AVX-512 kernels run even where AMX exists (above: tiles).
+int64_t streaming_row_limit(bool weight_only);
 
-/// Release the oneTBB arenas the linear kernels keep and join oneTBB's workers (the backend's
-/// shutdown; no call may be in flight).
-void release_thread_arenas();
+/// Rows from which W4A16's tile kernel dequantizes B to bf16 once per K block and runs a plain
+/// bf16 GEMM instead of the exact per-group epilogue (faster once enough rows share each B tile).
+int64_t dequant_row_threshold();
+
+/// Stop the worker pool and join oneTBB's workers (used at prepare), the backend's shutdown; no
+/// call may be in flight.
+void release_threads();
 
 }  // namespace nibble::cpu_amx

@@ -56,13 +56,6 @@ constexpr int64_t kInlineRows = 8;
 
 size_t align64(size_t b) { return (b + 63) / 64 * 64; }
 
-// The same streaming/tile switch as the linear kernels (linear_kernels.cpp explains the numbers);
-// NIBBLE_CPU_AMX_SMALL_M overrides it, read at prepare.
-int64_t small_m_limit(Mode mode) {
-  if (const char* e = std::getenv("NIBBLE_CPU_AMX_SMALL_M"); e && *e) return std::atoll(e);
-  return mode == Mode::a16 ? 1 : 4;
-}
-
 struct MicroKernels {
   A16Fn a16_small, a16_large;
   A8Fn a8_small, a8_large;
@@ -137,7 +130,8 @@ class MoePrepared final : public sdk::Prepared {
         top_k_(top_k),
         level_(level),
         kernels_(micro_kernels_for(level)),
-        small_m_(small_m_limit(mode)) {
+        small_m_(streaming_row_limit(mode == Mode::a16)),
+        dequant_m_(dequant_row_threshold()) {
     for (const auto& e : experts_) {
       kp13_ = std::max(kp13_, e.w13->Kp);
       kp2_ = std::max(kp2_, e.w2->Kp);
@@ -169,7 +163,6 @@ class MoePrepared final : public sdk::Prepared {
     const SortedRouting s = sort_by_expert(args.topk_ids, M, top_k, E);
 
     const int threads = std::max(1, exec.num_threads);
-    tbb::task_arena& arena = arena_for(threads);
     char* ws = static_cast<char*>(exec.workspace);
     const sdk::Matrix& x = args.x;
     const size_t xb = sdk::dtype_bytes(x.dtype);
@@ -233,6 +226,7 @@ class MoePrepared final : public sdk::Prepared {
       const bool large = level_ == IsaLevel::amx && n > small_m_;
       if (mode_ == Mode::a16) {
         A16Call call{&w, a16_view(w, n, buffer), y, n};
+        call.dequantize_b = n >= dequant_m_;
         (large ? kernels_.a16_large : kernels_.a16_small)(call, m0, m1, p0, p1);
       } else {
         A8Call call{&w, a8_view(w, n, buffer), y, n};
@@ -242,7 +236,7 @@ class MoePrepared final : public sdk::Prepared {
     // One projection's GEMM tasks into fp32 rows of `out` (row stride ld).
     auto project = [&](Projection p, const std::vector<size_t>& off, float* out, int64_t ld) {
       const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(p);
-      run_pieces(arena, threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
+      run_pieces(threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
         for (const GemmTask& t : pieces[size_t(i)]) {
           const PackedLinear& w = weight_of(t.expert, p);
           OutputView y{reinterpret_cast<char*>(out + s.begin[size_t(t.expert)] * ld), ld,
@@ -255,7 +249,7 @@ class MoePrepared final : public sdk::Prepared {
     // w13's GEMM with silu(gate)·up applied to each block while it is in cache: h [rows][I].
     auto project_w13_silu = [&](const std::vector<size_t>& off, float* h) {
       const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(Projection::w13);
-      run_pieces(arena, threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
+      run_pieces(threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
         // Per thread, kept between calls: 128 KiB is above malloc's mmap threshold, and a fresh
         // mapping per piece cost page faults and zeroing on every call (seen in perf).
         thread_local std::vector<float> scratch;
@@ -286,7 +280,7 @@ class MoePrepared final : public sdk::Prepared {
 
     // 1. Gather each expert's token rows and prepare them for its w13.
     const std::vector<RowTask> fills = row_tasks();
-    // Decode-sized row work is cheaper inline than a wake-up of the arena's workers.
+    // Decode-sized row work is cheaper inline than a hand-off to the workers.
     const int row_threads = s.rows <= kInlineRows ? 1 : threads;
     {
       const std::vector<size_t> off = activation_offsets(Projection::w13);
@@ -295,10 +289,10 @@ class MoePrepared final : public sdk::Prepared {
         // then copy its prepared row to each expert it is routed to.
         const PackedLinear& w0 = *experts_[0].w13;
         char* tokens = ws + lay.tokens;
-        run_tasks(arena, row_threads, (M + kRowPad - 1) / kRowPad, [&](int64_t b) {
+        run_tasks(row_threads, (M + kRowPad - 1) / kRowPad, [&](int64_t b) {
           fill(x, w0, tokens, M, b * kRowPad, std::min(M, (b + 1) * kRowPad));
         });
-        run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
+        run_tasks(row_threads, int64_t(fills.size()), [&](int64_t i) {
           const RowTask& t = fills[size_t(i)];
           const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
           const PackedLinear& w = weight_of(t.expert, Projection::w13);
@@ -311,7 +305,7 @@ class MoePrepared final : public sdk::Prepared {
         });
       } else {
         // Per-expert slot layouts (act-order with different permutations): per-expert fills.
-        run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
+        run_tasks(row_threads, int64_t(fills.size()), [&](int64_t i) {
           const RowTask& t = fills[size_t(i)];
           const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
           for (int64_t m = t.m0; m < std::min(t.m1, n); ++m)
@@ -331,7 +325,7 @@ class MoePrepared final : public sdk::Prepared {
     // 3. h = silu(gate) · up in fp32 (unless step 2 made it), prepared for w2.
     {
       const std::vector<size_t> off = activation_offsets(Projection::w2);
-      run_tasks(arena, row_threads, int64_t(fills.size()), [&](int64_t i) {
+      run_tasks(row_threads, int64_t(fills.size()), [&](int64_t i) {
         const RowTask& t = fills[size_t(i)];
         const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
         if (!interleaved_)
@@ -348,7 +342,7 @@ class MoePrepared final : public sdk::Prepared {
     }
     // 5. y[m] = Σ_j weight[m, j] · down[row of (m, j)], in slot order, fp32, then rounded once.
     const sdk::Matrix& y = args.y;
-    run_tasks(arena, row_threads, (M + kCombineRows - 1) / kCombineRows, [&](int64_t b) {
+    run_tasks(row_threads, (M + kCombineRows - 1) / kCombineRows, [&](int64_t b) {
       std::vector<float> acc(static_cast<size_t>(K_));
       for (int64_t m = b * kCombineRows; m < std::min(M, (b + 1) * kCombineRows); ++m) {
         std::fill(acc.begin(), acc.end(), 0.f);
@@ -403,6 +397,7 @@ class MoePrepared final : public sdk::Prepared {
   IsaLevel level_;
   MicroKernels kernels_;
   int64_t small_m_;
+  int64_t dequant_m_;
   int64_t kp13_ = 0, kp2_ = 0, chunks13_ = 0, chunks2_ = 0;
   bool shared13_ = true;  ///< every expert's w13 takes the same activation slot layout
 };

@@ -1,16 +1,14 @@
 // How the fused MoE orders and splits its work: the (token, slot) pairs sorted by expert, each
 // projection's GEMM cut into pieces of equal estimated cost, and the runners that hand pieces or
-// tasks to a oneTBB arena. Nothing here depends on the ISA or on values, only on the routing and
+// tasks to the worker pool. Nothing here depends on the ISA or on values, only on the routing and
 // the shapes, so the plan never changes a result (moe_kernel.cpp explains the determinism).
 #pragma once
 
 #include <nibble/sdk/plugin.hpp>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-#include <tbb/task_arena.h>
+#include "worker_pool.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -47,32 +45,26 @@ struct Unit {
 };
 std::vector<std::vector<GemmTask>> split_pieces(const std::vector<Unit>& units, int64_t count);
 
-/// Run fn(i) for i in [0, count) on the arena: one per thread statically (streaming pieces), or
-/// handed out dynamically. Any thread may take any i: each one's result does not depend on who
-/// runs it. One thread (or one item) runs inline.
+/// Run fn(i) for i in [0, count) on the worker pool: piece i on part i % threads (streaming
+/// pieces: each thread keeps its weight stream), or handed out dynamically. Any thread may take
+/// any i: each one's result does not depend on who runs it. One thread (or one item) runs inline.
 template <class Fn>
-inline void run_pieces(tbb::task_arena& arena, int threads, bool one_per_thread, int64_t count,
-                       const Fn& fn) {
+inline void run_pieces(int threads, bool one_per_thread, int64_t count, const Fn& fn) {
   if (count <= 0) return;
-  if (threads <= 1 || count == 1) {
-    for (int64_t i = 0; i < count; ++i) fn(i);
+  const int parts = int(std::min<int64_t>(std::max(1, threads), count));
+  if (!one_per_thread) {
+    WorkerPool::instance().run_dynamic(parts, count, fn);
     return;
   }
-  arena.execute([&] {
-    auto body = [&](const tbb::blocked_range<int64_t>& r) {
-      for (int64_t i = r.begin(); i < r.end(); ++i) fn(i);
-    };
-    if (one_per_thread)
-      tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1), body, tbb::static_partitioner());
-    else
-      tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 1), body, tbb::simple_partitioner());
+  WorkerPool::instance().run(parts, [&](int part) {
+    for (int64_t i = part; i < count; i += parts) fn(i);
   });
 }
 
 /// Independent tasks handed out dynamically.
 template <class Fn>
-inline void run_tasks(tbb::task_arena& arena, int threads, int64_t count, const Fn& fn) {
-  run_pieces(arena, threads, false, count, fn);
+inline void run_tasks(int threads, int64_t count, const Fn& fn) {
+  run_pieces(threads, false, count, fn);
 }
 
 }  // namespace nibble::cpu_amx

@@ -33,8 +33,8 @@ class CpuAmxBackend final : public sdk::Backend {
     return p;
   }
 
-  // The host calls no kernel after this: hand the oneTBB arenas back.
-  void shutdown() override { release_thread_arenas(); }
+  // The host calls no kernel after this: join the worker pool and oneTBB's workers.
+  void shutdown() override { release_threads(); }
 
   std::vector<std::unique_ptr<sdk::Kernel>> make_kernels() override {
     std::vector<std::unique_ptr<sdk::Kernel>> k;

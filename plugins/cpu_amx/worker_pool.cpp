@@ -1,0 +1,131 @@
+#include "worker_pool.hpp"
+
+#include <nibble/sdk/plugin.hpp>
+
+#include <immintrin.h>
+#include <pthread.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+namespace nibble::cpu_amx {
+namespace {
+
+// Measured on the AMX host (docs/cpu_amx.md, "Dispatch"): back-to-back calls find every worker
+// spinning well within this; a gap longer than it costs one futex wake-up per worker.
+constexpr int64_t kDefaultSpinMicroseconds = 100;
+constexpr int64_t kMaxSpinMicroseconds = 1000000;
+
+int64_t spin_from_environment() {
+  const char* e = std::getenv("NIBBLE_CPU_AMX_SPIN_US");
+  if (!e || !*e) return kDefaultSpinMicroseconds;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(e, &end, 10);
+  if (errno != 0 || end == e || *end != '\0' || v < 0 || v > kMaxSpinMicroseconds) {
+    sdk::Host::log(NIBBLE_LOG_WARNING, "NIBBLE_CPU_AMX_SPIN_US is not a whole number in [0, " +
+                                           std::to_string(kMaxSpinMicroseconds) + "]; using " +
+                                           std::to_string(kDefaultSpinMicroseconds));
+    return kDefaultSpinMicroseconds;
+  }
+  return v;
+}
+
+}  // namespace
+
+WorkerPool& WorkerPool::instance() {
+  static WorkerPool* pool = new WorkerPool;
+  return *pool;
+}
+
+WorkerPool::WorkerPool() : spin_ns_(spin_from_environment() * 1000) {}
+
+int WorkerPool::workers() const {
+  std::lock_guard<std::mutex> lock(busy_);
+  return int(threads_.size());
+}
+
+void WorkerPool::run_part(Job& job, int part) {
+  try {
+    job.call(job.fn, part);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(job.error_mutex);
+    if (!job.error) job.error = std::current_exception();
+  }
+}
+
+void WorkerPool::worker_main(Slot* slot, int part) {
+  // The value the slot was made with: a call may bump it before this thread first runs.
+  uint32_t seen = 0;
+  for (;;) {
+    const auto spin = std::chrono::nanoseconds(spin_ns_.load(std::memory_order_relaxed));
+    auto since = std::chrono::steady_clock::now();
+    uint32_t now_seq;
+    for (unsigned n = 1; (now_seq = slot->seq.load(std::memory_order_acquire)) == seen; ++n) {
+      _mm_pause();
+      if (n % 64 != 0 || std::chrono::steady_clock::now() - since < spin) continue;
+      // Announce, then sleep unless a call came in meanwhile; the caller bumps seq before it
+      // reads `parked` (both sequentially consistent), so no wake-up is lost.
+      slot->parked.store(1, std::memory_order_seq_cst);
+      slot->seq.wait(seen, std::memory_order_seq_cst);
+      slot->parked.store(0, std::memory_order_relaxed);
+      since = std::chrono::steady_clock::now();
+    }
+    seen = now_seq;
+    if (slot->stop) return;
+    Job& job = *slot->job;
+    run_part(job, part);
+    job.pending.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void WorkerPool::grow(int workers) {
+  while (int(threads_.size()) < workers) {
+    slots_.push_back(std::make_unique<Slot>());
+    Slot* slot = slots_.back().get();
+    const int part = int(threads_.size()) + 1;
+    threads_.emplace_back([this, slot, part] { worker_main(slot, part); });
+    pthread_setname_np(threads_.back().native_handle(), "nibble-cpu-amx");
+  }
+}
+
+void WorkerPool::run_erased(int parts, Call call, const void* fn) {
+  // Concurrent calls take turns: each wants every core, and a part may wait for its siblings
+  // (a barrier), so the parts of one call must all run at once.
+  std::lock_guard<std::mutex> lock(busy_);
+  Job job;
+  job.call = call;
+  job.fn = fn;
+  grow(parts - 1);
+  job.pending.store(parts - 1, std::memory_order_relaxed);
+  for (int i = 0; i < parts - 1; ++i) {
+    Slot& slot = *slots_[size_t(i)];
+    slot.job = &job;
+    slot.seq.fetch_add(1, std::memory_order_seq_cst);
+    if (slot.parked.load(std::memory_order_seq_cst)) slot.seq.notify_one();
+  }
+  run_part(job, 0);
+  for (unsigned n = 0; job.pending.load(std::memory_order_acquire) != 0; ++n) {
+    if (n < (1u << 14))
+      _mm_pause();
+    else
+      std::this_thread::yield();
+  }
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+void WorkerPool::stop() {
+  std::lock_guard<std::mutex> lock(busy_);
+  for (auto& slot : slots_) {
+    slot->stop = true;
+    slot->seq.fetch_add(1, std::memory_order_seq_cst);
+    slot->seq.notify_one();
+  }
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  slots_.clear();
+}
+
+}  // namespace nibble::cpu_amx
