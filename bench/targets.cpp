@@ -193,7 +193,7 @@ void print_targets(const json& evaluated) {
                         t.at("mode").get<std::string>() + ", " + t.at("threads").dump() +
                         " threads";
     if (t.contains("from_threads")) where += " over " + t.at("from_threads").dump();
-    std::printf("  %-27s %-36s %6.2f (goal >= %.2f) %s\n",
+    std::printf("  %-27s %-36s %7.3f (goal >= %.2f) %s\n",
                 t.at("target").get<std::string>().c_str(), where.c_str(),
                 t.at("value").get<double>(), t.at("goal").get<double>(),
                 t.at("met").get<bool>() ? "met" : "not met");
