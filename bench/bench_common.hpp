@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -18,17 +19,26 @@
 
 namespace nibble::bench {
 
+/// The number of CPUs this process may run on (its affinity mask), at least 1.
+int default_thread_count();
+
 struct Options {
   std::string plugin_dir;
   std::string backend = "cpu_amx";
   std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {4096, 4096}, {4096, 11008}, {11008, 4096}, {4096, 14336}};
+      {2048, 2048}, {4096, 4096}, {4096, 14336}, {14336, 4096}};
   std::vector<std::string> moe;  ///< MoE shapes to run instead of linear ones (moe_bench.cpp)
   std::vector<int64_t> rows = {1, 4, 16, 64, 256, 1024};
   std::vector<std::string> modes = {"w4a16", "w4a8"};
-  int bits = 4, group = 128, threads = 2, rounds = 7;
+  /// Thread counts, ascending and distinct; each runs every case with its own limits. Default:
+  /// every CPU the process may run on.
+  std::vector<int> threads = {default_thread_count()};
+  int bits = 4, group = 128, rounds = 7;
   double min_seconds = 0.3;
-  size_t cold_bytes = 0;  // 0: 2 × L3
+  bool dispatch = false;          ///< run the per-call cost probe instead (dispatch_probe.cpp)
+  int64_t dispatch_calls = 2000;  ///< the probe's calls per layer, at least
+  double dispatch_seconds = 0.5;  ///< and its time per layer, at least
+  size_t cold_bytes = 0;          // 0: 2 × L3
   bool onednn = true, warm = true;
   std::string baseline = "npu_ref";  ///< a second backend timed in the same rounds ("none": off)
   int64_t baseline_max_m = 64;       ///< reference backends are slow at large M
@@ -88,11 +98,11 @@ struct LimitSamples {
 };
 
 /// Runs `round()` at least o.rounds times and for at least o.min_seconds (200 rounds at most),
-/// and after every other round samples the machine's limits into `limits`: they are measured
-/// seconds apart from the timings they divide.
+/// and after every other round samples the machine's limits on `threads` threads into `limits`:
+/// they are measured seconds apart from the timings they divide.
 template <class Round>
-void interleaved_rounds(const Options& o, const ReadBandwidth& bandwidth, bool amx, int mode,
-                        LimitSamples& limits, Round&& round) {
+void interleaved_rounds(const Options& o, int threads, const ReadBandwidth& bandwidth, bool amx,
+                        int mode, LimitSamples& limits, Round&& round) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -103,16 +113,15 @@ void interleaved_rounds(const Options& o, const ReadBandwidth& bandwidth, bool a
     if (r % 2 == 0) {
       limits.bandwidth.push_back(bandwidth.sample());
       if (amx) {
-        limits.peak.push_back(bf16 ? amx_bf16_peak(o.threads, 0.01)
-                                   : amx_int8_peak(o.threads, 0.01));
-        limits.loaded_peak.push_back(bf16 ? amx_bf16_loaded_peak(o.threads, 0.01)
-                                          : amx_int8_loaded_peak(o.threads, 0.01));
+        limits.peak.push_back(bf16 ? amx_bf16_peak(threads, 0.01) : amx_int8_peak(threads, 0.01));
+        limits.loaded_peak.push_back(bf16 ? amx_bf16_loaded_peak(threads, 0.01)
+                                          : amx_int8_loaded_peak(threads, 0.01));
       }
     }
   }
 }
 
-/// Every limit sample of a run, per AMX tile type, for the summary at its end.
+/// Every limit sample at one thread count of a run, per AMX tile type, for the summary at its end.
 struct RunLimits {
   std::vector<double> bandwidth, bf16, int8, bf16_loaded, int8_loaded;
   /// Add one case's samples (its peaks are of the case's mode).
@@ -126,24 +135,48 @@ struct RunLimits {
   }
 };
 
-/// The JSON of a run before its cases: backend, probe, threads, cache and cold-rotation sizes.
+/// The limits of a run per thread count.
+using LimitsByThreads = std::map<int, RunLimits>;
+
+/// The JSON of a run before its cases: backend, probe, thread counts (`threads` the highest),
+/// cache and cold-rotation sizes.
 inline nlohmann::json run_header(const Options& o, const std::string& probe, size_t l3,
                                  size_t cold) {
   nlohmann::json out;
   out["backend"] = o.backend;
   out["probe"] = probe;
-  out["threads"] = o.threads;
+  out["threads"] = o.threads.back();
+  out["thread_counts"] = o.threads;
   out["l3_bytes"] = l3;
   out["cold_bytes"] = cold;
   out["cases"] = nlohmann::json::array();
   return out;
 }
 
-/// The end of a run: the machine's limits over the run into `out` and on stdout, then the JSON
+/// The end of a run: the machine's limits per thread count into `out` and on stdout (the
+/// top-level limits are those of the highest count), the targets (targets.hpp), then the JSON
 /// file and the report when the options ask for them. Returns the process exit code.
-int finish_run(nlohmann::json& out, const Options& o, const RunLimits& limits, bool amx);
+int finish_run(nlohmann::json& out, const Options& o, const LimitsByThreads& limits, bool amx);
+
+/// Write `out` to o.json when it is set; false (after saying so on stderr) when it cannot.
+bool write_json(const nlohmann::json& out, const Options& o);
+
+/// Parse the bench's command line into `o`. False with `err` set: the usage text (for --help,
+/// which starts with "usage") or the problem followed by the usage text.
+bool parse_options(int argc, char** argv, Options& o, std::string& err);
+
+/// The cold-rotation size of a run: --cold-mib, or twice the L3 and at least 256 MiB.
+inline size_t cold_bytes_of(const Options& o, size_t l3) {
+  return o.cold_bytes ? o.cold_bytes : std::max<size_t>(2 * l3, size_t(256) << 20);
+}
+
+/// The linear bench (bench_main.cpp).
+int run_linear(const Options& o);
 
 /// The MoE bench (moe_bench.cpp): o.moe names the shapes.
 int run_moe(const Options& o);
+
+/// The per-call cost probe (dispatch_probe.cpp).
+int run_dispatch(const Options& o);
 
 }  // namespace nibble::bench

@@ -1,7 +1,15 @@
-// `nibble bench`: for each layer shape, M and numeric mode, times the backend's linear kernel and
-// oneDNN's bf16 matmul interleaved (A B A B …, cold weights rotated over copies totalling ≥ 2× the
-// L3), and between them samples the machine's read bandwidth and the AMX peak of the mode's tile
-// type, so every ratio compares numbers taken seconds apart. Prints a table; --json writes it all.
+// `nibble bench`: for each thread count of --threads (default: every CPU the process may use),
+// layer shape, M and numeric mode, times the backend's linear kernel and oneDNN's bf16 matmul
+// interleaved (A B A B …, cold weights rotated over copies totalling ≥ 2× the L3), and between them
+// samples the machine's read bandwidth and the AMX peak of the mode's tile type at that thread
+// count, so every ratio compares numbers taken seconds apart with the same threads. Prints a
+// table per thread count and the targets (targets.hpp) at the end; --json writes it all.
+//
+// oneDNN runs on OpenMP (libgomp), whose workers spin for GOMP_SPINCOUNT iterations after each
+// parallel region unless OMP_WAIT_POLICY=passive was in the environment when libgomp loaded (it
+// reads it once, in a constructor, before main). Spinning workers would take the cores from the
+// kernel timed next, so the command re-executes itself once with OMP_WAIT_POLICY=passive when
+// the user has not set it (a user's own setting is kept).
 #include "nibble_bench.hpp"
 
 #include "bench_common.hpp"
@@ -14,7 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "report.hpp"
+#include "targets.hpp"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,25 +41,6 @@
 
 namespace nibble::bench {
 namespace {
-
-const char* kUsage =
-    "usage: nibble bench [--plugin-dir DIR] [--backend NAME] [--shapes KxN,...] [--m 1,4,...]\n"
-    "         [--modes w4a16,w4a8] [--bits 4|8] [--group G] [--threads T] [--rounds R]\n"
-    "         [--min-seconds S] [--cold-mib MIB] [--no-onednn] [--no-warm] [--json FILE]\n"
-    "         [--baseline NAME|none] [--baseline-max-m M] [--report DIR [--from FILE.json]]\n"
-    "         [--moe mixtral,qwen3,deepseek]\n"
-    "Times the backend's quantized linear kernels against the machine's measured read\n"
-    "bandwidth and AMX peaks and against oneDNN's bf16 matmul, interleaved, with cold weights\n"
-    "(copies totalling at least twice the L3 cache unless --cold-mib says otherwise). A second\n"
-    "backend (npu_ref by default) is timed in the same rounds for M up to --baseline-max-m (64).\n"
-    "--report DIR writes results.json, results.csv, roofline.svg and speedup.svg; with --from it\n"
-    "draws them from an earlier --json file without running anything.\n"
-    "--moe runs fused MoE layers instead (Mixtral-like: 8 experts, top-2, 4096/14336; Qwen3-like:\n"
-    "128, top-8, 2048/768; DeepSeek-like: 64, top-6, 2048/1408) against the bandwidth of the\n"
-    "routed experts, the AMX peak, a loop of the backend's linear calls per expert, and a loop of\n"
-    "oneDNN bf16 matmuls on the dequantized experts; EXPERTSxTOPKxHIDDENxINTERMEDIATE (e.g.\n"
-    "16x4x1024x512) names any other shape.\n"
-    "example: nibble bench --shapes 4096x4096 --m 1,16,256 --report bench-report\n";
 
 std::vector<std::string> split(const std::string& s, char c) {
   std::vector<std::string> out;
@@ -70,113 +61,25 @@ std::string default_plugin_dir() {
   return exe.substr(0, exe.rfind('/')) + "/../lib/nibble/plugins";
 }
 
-bool parse(int argc, char** argv, Options& o, std::string& err) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (a == "--plugin-dir")
-        o.plugin_dir = value();
-      else if (a == "--backend")
-        o.backend = value();
-      else if (a == "--shapes") {
-        o.shapes.clear();
-        for (auto& s : split(value(), ',')) {
-          auto kn = split(s, 'x');
-          if (kn.size() != 2) throw std::runtime_error("shape " + s + " is not KxN");
-          o.shapes.emplace_back(std::stoll(kn[0]), std::stoll(kn[1]));
-        }
-      } else if (a == "--moe") {
-        o.moe = split(value(), ',');
-      } else if (a == "--m") {
-        o.rows.clear();
-        for (auto& s : split(value(), ',')) o.rows.push_back(std::stoll(s));
-      } else if (a == "--modes") {
-        o.modes = split(value(), ',');
-        for (auto& m : o.modes)
-          if (m != "w4a16" && m != "w4a8")
-            throw std::runtime_error("mode " + m + " (w4a16 or w4a8)");
-      } else if (a == "--bits")
-        o.bits = std::stoi(value());
-      else if (a == "--group")
-        o.group = std::stoi(value());
-      else if (a == "--threads")
-        o.threads = std::max(1, std::stoi(value()));
-      else if (a == "--rounds")
-        o.rounds = std::max(3, std::stoi(value()));
-      else if (a == "--min-seconds")
-        o.min_seconds = std::stod(value());
-      else if (a == "--cold-mib")
-        o.cold_bytes = size_t(std::stoll(value())) << 20;
-      else if (a == "--no-onednn")
-        o.onednn = false;
-      else if (a == "--no-warm")
-        o.warm = false;
-      else if (a == "--json")
-        o.json = value();
-      else if (a == "--report")
-        o.report = value();
-      else if (a == "--from")
-        o.from = value();
-      else if (a == "--baseline")
-        o.baseline = value();
-      else if (a == "--baseline-max-m")
-        o.baseline_max_m = std::stoll(value());
-      else if (a == "-h" || a == "--help") {
-        err = kUsage;
-        return false;
-      } else {
-        throw std::runtime_error("unknown option " + a);
-      }
-    } catch (const std::exception& e) {
-      err = std::string(e.what()) + "\n" + kUsage;
-      return false;
-    }
-  }
-  return true;
-}
-
-int run(const Options& o) {
+// The linear bench at one thread count: every shape, mode and M, timed as the header says, with
+// the limits sampled at `threads` threads. Cases go to out["cases"], limits to `limits`.
+void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* other,
+            const std::vector<CanonicalWeight>& weights, size_t cold, bool amx, nlohmann::json& out,
+            RunLimits& run_limits) {
   const int mode_ids[2] = {NIBBLE_MODE_WEIGHT_ONLY, NIBBLE_MODE_DYNAMIC_INT8};
-  Plugin plugin(o.plugin_dir, o.backend, o.threads);
-  const size_t l3 = l3_bytes();
-  const size_t cold = o.cold_bytes ? o.cold_bytes : std::max<size_t>(2 * l3, size_t(256) << 20);
-  const bool amx = amx_usable();
-  std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
-  std::printf(
-      "threads %d, L3 %.0f MiB, cold rotation over >= %.0f MiB of weight copies, AMX peaks %s\n",
-      o.threads, double(l3) / (1 << 20), double(cold) / (1 << 20),
-      amx ? "measured" : "not available");
-  // The second backend, when its plugin is there (npu_ref by default).
-  std::unique_ptr<Plugin> other;
-  if (o.baseline != "none" && o.baseline != o.backend) {
-    try {
-      other = std::make_unique<Plugin>(o.plugin_dir, o.baseline, o.threads);
-      std::printf("baseline %s: %s (M <= %lld)\n", o.baseline.c_str(),
-                  other->probe_detail().c_str(), (long long)o.baseline_max_m);
-    } catch (const std::exception& e) {
-      std::printf("baseline %s not used: %s\n", o.baseline.c_str(), e.what());
-    }
-  }
-  ReadBandwidth bandwidth(std::max<size_t>(cold, size_t(512) << 20), o.threads);
+  ReadBandwidth bandwidth(std::max<size_t>(cold, size_t(512) << 20), threads);
   bandwidth.sample();  // first touch done; warm the page tables
-
-  nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
-  RunLimits run_limits;
-
-  std::printf("\n%-12s %5s %-6s %-11s %22s %8s %8s %7s %7s %22s %8s\n", "KxN", "M", "mode",
-              "kernel", "median (min-max) us", "GB/s", "TFLOP/s", "%BW", "%peak", "oneDNN bf16 us",
+  std::printf("\nthreads %d (limits and oneDNN at %d threads too)\n", threads, threads);
+  std::printf("%-12s %5s %-6s %-11s %22s %8s %8s %7s %7s %22s %8s\n", "KxN", "M", "mode", "kernel",
+              "median (min-max) us", "GB/s", "TFLOP/s", "%BW", "%peak", "oneDNN bf16 us",
               "speedup");
-  for (auto [K, N] : o.shapes) {
-    const CanonicalWeight w = random_weight(K, N, o.bits, o.group, uint32_t(K * 31 + N));
+  for (const CanonicalWeight& w : weights) {
+    const int64_t K = w.K, N = w.N;
     std::unique_ptr<OnednnMatmul> dense;
     if (o.onednn) {
       const size_t one = size_t(K * N) * 2;
       const int copies = int(std::max<size_t>(2, (cold + one - 1) / one));
-      dense = std::make_unique<OnednnMatmul>(w.dequantized(), K, N, copies, o.threads);
+      dense = std::make_unique<OnednnMatmul>(w.dequantized(), K, N, copies, threads);
     }
     for (const std::string& mode_name : o.modes) {
       const int mode = mode_name == "w4a16" ? mode_ids[0] : mode_ids[1];
@@ -214,17 +117,17 @@ int run(const Options& o) {
         const std::vector<uint16_t> x = random_bf16(M * K, uint32_t(M));
         std::vector<uint16_t> y(size_t(M * N)), yd(size_t(M * N));
         size_t ck = 0, cd = 0;
-        layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, o.threads, ws);  // warm-up
+        layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, threads, ws);  // warm-up
         if (dense) dense->run(int(cd++), x.data(), yd.data(), M);
         std::vector<uint16_t> yr(size_t(M * N));
         if (with_ref)
-          ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, o.threads,
+          ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, threads,
                                                         ws_ref);
         std::vector<double> tk, td, ratio, tr, ratio_ref;
         LimitSamples limits;
-        interleaved_rounds(o, bandwidth, amx, mode, limits, [&] {
+        interleaved_rounds(o, threads, bandwidth, amx, mode, limits, [&] {
           const double a = seconds_of(
-              [&] { layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, o.threads, ws); });
+              [&] { layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, threads, ws); });
           tk.push_back(a);
           if (dense) {
             const double b = seconds_of([&] { dense->run(int(cd++), x.data(), yd.data(), M); });
@@ -233,7 +136,7 @@ int run(const Options& o) {
           }
           if (with_ref) {
             const double c = seconds_of([&] {
-              ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, o.threads,
+              ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, threads,
                                                             ws_ref);
             });
             tr.push_back(c);
@@ -242,10 +145,10 @@ int run(const Options& o) {
         });
         std::vector<double> warm;
         if (o.warm) {
-          layers[0]->forward(x.data(), y.data(), M, K, N, o.threads, ws);
+          layers[0]->forward(x.data(), y.data(), M, K, N, threads, ws);
           for (int r = 0; r < 5; ++r)
-            warm.push_back(seconds_of(
-                [&] { layers[0]->forward(x.data(), y.data(), M, K, N, o.threads, ws); }));
+            warm.push_back(
+                seconds_of([&] { layers[0]->forward(x.data(), y.data(), M, K, N, threads, ws); }));
         }
         const Stats sk = stats(tk), sd = stats(td), sr = stats(ratio),
                     sbw = stats(limits.bandwidth), sp = stats(limits.peak), sw = stats(warm);
@@ -269,6 +172,7 @@ int run(const Options& o) {
         c["K"] = K;
         c["N"] = N;
         c["M"] = M;
+        c["threads"] = threads;
         c["bits"] = o.bits;
         c["group_size"] = o.group;
         c["mode"] = mode_name;
@@ -303,40 +207,93 @@ int run(const Options& o) {
       }
     }
   }
-  return finish_run(out, o, run_limits, amx);
 }
 
 }  // namespace
 
-int finish_run(nlohmann::json& out, const Options& o, const RunLimits& limits, bool amx) {
-  out["read_gbps"] = to_json(stats(limits.bandwidth));
-  if (amx) {
-    out["amx_bf16_tflops"] = to_json(stats(limits.bf16));
-    out["amx_int8_tops"] = to_json(stats(limits.int8));
-    out["amx_bf16_loaded_tflops"] = to_json(stats(limits.bf16_loaded));
-    out["amx_int8_loaded_tops"] = to_json(stats(limits.int8_loaded));
-  }
-  const Stats b = stats(limits.bandwidth);
-  std::printf("\nmachine, over the run: read %.1f GB/s (%.1f-%.1f)", b.median, b.min, b.max);
-  if (amx) {
-    const Stats p16 = stats(limits.bf16), p8 = stats(limits.int8);
-    const Stats l16 = stats(limits.bf16_loaded), l8 = stats(limits.int8_loaded);
-    std::printf(", AMX bf16 %.2f TFLOP/s (%.2f-%.2f), AMX int8 %.2f TOP/s (%.2f-%.2f)", p16.median,
-                p16.min, p16.max, p8.median, p8.min, p8.max);
-    std::printf(
-        "\n  with operand tile loads (the 2x2 loop a GEMM can run): bf16 %.2f TFLOP/s "
-        "(%.2f-%.2f), int8 %.2f TOP/s (%.2f-%.2f)",
-        l16.median, l16.min, l16.max, l8.median, l8.min, l8.max);
-  }
-  std::printf("\n");
-  if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    f << out.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "cannot write %s\n", o.json.c_str());
-      return 1;
+int run_linear(const Options& o) {
+  // Packing uses the plugin's thread budget: the most threads of the run.
+  Plugin plugin(o.plugin_dir, o.backend, o.threads.back());
+  const size_t l3 = l3_bytes();
+  const size_t cold = cold_bytes_of(o, l3);
+  const bool amx = amx_usable();
+  std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
+  std::string counts;
+  for (int t : o.threads) counts += (counts.empty() ? "" : ",") + std::to_string(t);
+  std::printf(
+      "threads %s, L3 %.0f MiB, cold rotation over >= %.0f MiB of weight copies, AMX peaks %s\n",
+      counts.c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20),
+      amx ? "measured" : "not available");
+  // The second backend, when its plugin is there (npu_ref by default).
+  std::unique_ptr<Plugin> other;
+  if (o.baseline != "none" && o.baseline != o.backend) {
+    try {
+      other = std::make_unique<Plugin>(o.plugin_dir, o.baseline, o.threads.back());
+      std::printf("baseline %s: %s (M <= %lld)\n", o.baseline.c_str(),
+                  other->probe_detail().c_str(), (long long)o.baseline_max_m);
+    } catch (const std::exception& e) {
+      std::printf("baseline %s not used: %s\n", o.baseline.c_str(), e.what());
     }
   }
+  std::vector<CanonicalWeight> weights;
+  for (auto [K, N] : o.shapes)
+    weights.push_back(random_weight(K, N, o.bits, o.group, uint32_t(K * 31 + N)));
+  nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
+  LimitsByThreads limits;
+  for (int threads : o.threads)
+    run_at(o, threads, plugin, other.get(), weights, cold, amx, out, limits[threads]);
+  return finish_run(out, o, limits, amx);
+}
+
+bool write_json(const nlohmann::json& out, const Options& o) {
+  if (o.json.empty()) return true;
+  std::ofstream f(o.json);
+  f << out.dump(2) << "\n";
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", o.json.c_str());
+    return false;
+  }
+  return true;
+}
+
+int finish_run(nlohmann::json& out, const Options& o, const LimitsByThreads& by_threads, bool amx) {
+  nlohmann::json per_count = nlohmann::json::array();
+  for (const auto& [threads, limits] : by_threads) {
+    nlohmann::json l;
+    l["threads"] = threads;
+    l["read_gbps"] = to_json(stats(limits.bandwidth));
+    if (amx) {
+      l["amx_bf16_tflops"] = to_json(stats(limits.bf16));
+      l["amx_int8_tops"] = to_json(stats(limits.int8));
+      l["amx_bf16_loaded_tflops"] = to_json(stats(limits.bf16_loaded));
+      l["amx_int8_loaded_tops"] = to_json(stats(limits.int8_loaded));
+    }
+    const Stats b = stats(limits.bandwidth);
+    std::printf("\nmachine at %d threads, over the run: read %.1f GB/s (%.1f-%.1f)", threads,
+                b.median, b.min, b.max);
+    if (amx) {
+      const Stats p16 = stats(limits.bf16), p8 = stats(limits.int8);
+      const Stats l16 = stats(limits.bf16_loaded), l8 = stats(limits.int8_loaded);
+      std::printf(", AMX bf16 %.2f TFLOP/s (%.2f-%.2f), AMX int8 %.2f TOP/s (%.2f-%.2f)",
+                  p16.median, p16.min, p16.max, p8.median, p8.min, p8.max);
+      std::printf(
+          "\n  with operand tile loads (the 2x2 loop a GEMM can run): bf16 %.2f TFLOP/s "
+          "(%.2f-%.2f), int8 %.2f TOP/s (%.2f-%.2f)",
+          l16.median, l16.min, l16.max, l8.median, l8.min, l8.max);
+    }
+    std::printf("\n");
+    per_count.push_back(l);
+  }
+  out["limits_by_threads"] = per_count;
+  // The top-level limits, the report's roofs, are those of the highest count.
+  if (!per_count.empty())
+    for (const auto& [key, value] : per_count.back().items())
+      if (key != "threads") out[key] = value;
+  const nlohmann::json evaluated = evaluate_targets(out);
+  out["targets"] = evaluated.at("targets");
+  out["targets_skipped"] = evaluated.at("skipped");
+  print_targets(evaluated);
+  if (!write_json(out, o)) return 1;
   if (!o.report.empty()) {
     write_report(out, o.report);
     std::printf("report written to %s (results.json, results.csv, roofline.svg%s)\n",
@@ -350,11 +307,16 @@ int finish_run(nlohmann::json& out, const Options& o, const RunLimits& limits, b
 
 namespace nibble::bench {
 namespace {
-// oneDNN runs on OpenMP, whose workers spin after each call by default and would steal the cores
-// from the interleaved kernel under test (and the reverse). libgomp reads OMP_WAIT_POLICY when it
-// is loaded, so when it is unset the process re-executes itself once with it set to passive.
+// OMP_WAIT_POLICY=passive for oneDNN's OpenMP workers (see the header): set it and re-execute.
 void ensure_passive_openmp() {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
+  if (const char* policy = std::getenv("OMP_WAIT_POLICY")) {
+    if (strcasecmp(policy, "passive") != 0)
+      std::fprintf(stderr,
+                   "nibble bench: OMP_WAIT_POLICY=%s kept: oneDNN's OpenMP workers may spin on the "
+                   "cores the kernels are timed on\n",
+                   policy);
+    return;
+  }
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::vector<std::string> args = split(all, '\0');
@@ -372,7 +334,7 @@ int nibble_cmd_bench(int argc, char** argv) {
   nibble::bench::ensure_passive_openmp();
   nibble::bench::Options o;
   std::string err;
-  if (!nibble::bench::parse(argc, argv, o, err)) {
+  if (!nibble::bench::parse_options(argc, argv, o, err)) {
     std::fprintf(stderr, "%s", err.c_str());
     return err.rfind("usage", 0) == 0 ? 0 : 2;
   }
@@ -394,7 +356,8 @@ int nibble_cmd_bench(int argc, char** argv) {
     }
   }
   try {
-    return o.moe.empty() ? nibble::bench::run(o) : nibble::bench::run_moe(o);
+    if (o.dispatch) return nibble::bench::run_dispatch(o);
+    return o.moe.empty() ? nibble::bench::run_linear(o) : nibble::bench::run_moe(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble bench: %s\n", e.what());
     return 1;

@@ -13,6 +13,7 @@
 #include "plugin_client.hpp"
 #include "report.hpp"
 
+#include <nibble/parse_number.hpp>
 #include <nibble/sdk/numeric.hpp>
 
 #include <algorithm>
@@ -37,15 +38,29 @@ const NamedShape kShapes[] = {{"mixtral", {4096, 14336, 8, 2}},
                               {"qwen3", {2048, 768, 128, 8}},
                               {"deepseek", {2048, 1408, 64, 6}}};
 
-// A preset's name, or EXTOPxHIDDENxI (experts x top_k x hidden x intermediate) for any other.
+// A preset's name, or EXPERTSxTOPKxHIDDENxINTERMEDIATE for any other.
 MoeShape shape_named(const std::string& name) {
   for (const auto& s : kShapes)
     if (name == s.name) return s.shape;
-  int64_t v[4];
-  char tail = 0;
-  if (std::sscanf(name.c_str(), "%ldx%ldx%ldx%ld%c", &v[0], &v[1], &v[2], &v[3], &tail) == 4 &&
-      v[0] >= 1 && v[0] <= 4096 && v[1] >= 1 && v[1] <= v[0] && v[2] >= 1 && v[3] >= 1)
-    return MoeShape{v[2], v[3], int32_t(v[0]), int32_t(v[1])};
+  std::vector<std::string> parts;
+  for (size_t at = 0; at <= name.size();) {
+    const size_t x = std::min(name.find('x', at), name.size());
+    parts.push_back(name.substr(at, x - at));
+    at = x + 1;
+  }
+  const bool numeric =
+      parts.size() == 4 && std::all_of(parts.begin(), parts.end(), [](const std::string& p) {
+        return !p.empty() &&
+               std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
+      });
+  if (numeric) {
+    const int64_t experts = parse_integer(parts[0], 1, 4096, "--moe experts of " + name);
+    const int64_t top_k = parse_integer(parts[1], 1, 4096, "--moe top_k of " + name);
+    const int64_t hidden = parse_integer(parts[2], 1, int64_t(1) << 20, "--moe hidden of " + name);
+    const int64_t inter =
+        parse_integer(parts[3], 1, int64_t(1) << 20, "--moe intermediate of " + name);
+    if (top_k <= experts) return MoeShape{hidden, inter, int32_t(experts), int32_t(top_k)};
+  }
   throw std::runtime_error("--moe: unknown shape " + name +
                            " (mixtral, qwen3, deepseek, or EXPERTSxTOPKxHIDDENxINTERMEDIATE with "
                            "1 <= top_k <= experts)");
@@ -149,27 +164,15 @@ double relative_difference(const std::vector<uint16_t>& a, const std::vector<uin
   return ss > 0 ? std::sqrt(sd / ss) : std::sqrt(sd);
 }
 
-}  // namespace
-
-int run_moe(const Options& o) {
-  std::vector<std::pair<std::string, MoeShape>> shapes;
-  for (const auto& n : o.moe) shapes.emplace_back(n, shape_named(n));
-  Plugin plugin(o.plugin_dir, o.backend, o.threads);
-  const size_t l3 = l3_bytes();
-  const size_t cold = o.cold_bytes ? o.cold_bytes : std::max<size_t>(2 * l3, size_t(256) << 20);
-  const bool amx = amx_usable();
-  std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
-  std::printf(
-      "threads %d, L3 %.0f MiB, each variant cycles over >= %.0f MiB of layer copies, AMX peaks "
-      "%s\n",
-      o.threads, double(l3) / (1 << 20), double(cold) / (1 << 20),
-      amx ? "measured" : "not available");
-  ReadBandwidth bandwidth(std::max<size_t>(cold, size_t(512) << 20), o.threads);
+// The MoE bench at one thread count: every shape, mode and M, with the limits sampled at
+// `threads` threads. Cases go to out["cases"], limits to `run_limits`.
+void run_moe_at(const Options& o, int threads, const Plugin& plugin,
+                const std::vector<std::pair<std::string, MoeShape>>& shapes, size_t cold, bool amx,
+                nlohmann::json& out, RunLimits& run_limits) {
+  ReadBandwidth bandwidth(std::max<size_t>(cold, size_t(512) << 20), threads);
   bandwidth.sample();
-
-  nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
-  RunLimits run_limits;
-  std::printf("\n%-9s %5s %-6s %-8s %22s %8s %7s %6s %8s %6s %10s %7s %10s %7s\n", "shape", "M",
+  std::printf("\nthreads %d (limits and oneDNN at %d threads too)\n", threads, threads);
+  std::printf("%-9s %5s %-6s %-8s %22s %8s %7s %6s %8s %6s %10s %7s %10s %7s\n", "shape", "M",
               "mode", "kernel", "median (min-max) us", "routedMB", "GB/s", "%BW", "TFLOP/s",
               "%peak", "loop us", "vs loop", "oneDNN us", "vs dnn");
 
@@ -182,9 +185,9 @@ int run_moe(const Options& o) {
       const size_t layer = size_t(s.experts) * size_t(3 * s.hidden * s.intermediate) * 2;
       dense_copies = int64_t(std::max<size_t>(2, (cold + layer - 1) / layer));
       dense13 = std::make_unique<OnednnMatmul>(w13.dequantized(), s.hidden, 2 * s.intermediate,
-                                               int(dense_copies * s.experts), o.threads);
+                                               int(dense_copies * s.experts), threads);
       dense2 = std::make_unique<OnednnMatmul>(w2.dequantized(), s.intermediate, s.hidden,
-                                              int(dense_copies * s.experts), o.threads);
+                                              int(dense_copies * s.experts), threads);
     }
     for (const std::string& mode_name : o.modes) {
       const int mode = mode_name == "w4a16" ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
@@ -229,7 +232,7 @@ int run_moe(const Options& o) {
         auto call_fused = [&] {
           rotated_ids(base, s, tf, copies, ids);
           fused[size_t(tf++ % copies)]->forward(x.data(), ids.data(), base.weights.data(), y.data(),
-                                                M, s.hidden, s.top_k, o.threads, ws);
+                                                M, s.hidden, s.top_k, threads, ws);
         };
         auto call_loop = [&] {
           rotated_ids(base, s, tl, copies, ids);
@@ -238,7 +241,7 @@ int run_moe(const Options& o) {
                    [&](int64_t e, int which, const uint16_t* in, uint16_t* o_, int64_t n) {
                      linears[size_t((c * s.experts + e) * 2 + which)]->forward(
                          in, o_, n, which ? s.intermediate : s.hidden,
-                         which ? s.hidden : 2 * s.intermediate, o.threads, which ? ws2 : ws13);
+                         which ? s.hidden : 2 * s.intermediate, threads, which ? ws2 : ws13);
                    });
         };
         auto call_dense = [&] {
@@ -256,7 +259,7 @@ int run_moe(const Options& o) {
         const double disagreement = relative_difference(yl, y);
         std::vector<double> t_fused, t_loop, t_dense, r_loop, r_dense;
         LimitSamples limits;
-        interleaved_rounds(o, bandwidth, amx, mode, limits, [&] {
+        interleaved_rounds(o, threads, bandwidth, amx, mode, limits, [&] {
           const double a = seconds_of(call_fused);
           const double b = seconds_of(call_loop);
           t_fused.push_back(a);
@@ -294,6 +297,7 @@ int run_moe(const Options& o) {
         c["top_k"] = s.top_k;
         c["experts_routed"] = base.experts_used;
         c["M"] = M;
+        c["threads"] = threads;
         c["bits"] = o.bits;
         c["group_size"] = o.group;
         c["mode"] = mode_name;
@@ -326,7 +330,31 @@ int run_moe(const Options& o) {
       }
     }
   }
-  return finish_run(out, o, run_limits, amx);
+}
+
+}  // namespace
+
+int run_moe(const Options& o) {
+  std::vector<std::pair<std::string, MoeShape>> shapes;
+  for (const auto& n : o.moe) shapes.emplace_back(n, shape_named(n));
+  // Packing uses the plugin's thread budget: the most threads of the run.
+  Plugin plugin(o.plugin_dir, o.backend, o.threads.back());
+  const size_t l3 = l3_bytes();
+  const size_t cold = cold_bytes_of(o, l3);
+  const bool amx = amx_usable();
+  std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
+  std::string counts;
+  for (int t : o.threads) counts += (counts.empty() ? "" : ",") + std::to_string(t);
+  std::printf(
+      "threads %s, L3 %.0f MiB, each variant cycles over >= %.0f MiB of layer copies, AMX peaks "
+      "%s\n",
+      counts.c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20),
+      amx ? "measured" : "not available");
+  nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
+  LimitsByThreads limits;
+  for (int threads : o.threads)
+    run_moe_at(o, threads, plugin, shapes, cold, amx, out, limits[threads]);
+  return finish_run(out, o, limits, amx);
 }
 
 }  // namespace nibble::bench

@@ -15,6 +15,7 @@ struct OnednnMatmul::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   int64_t K = 0, N = 0;
+  int threads = 1;
   memory::desc wei_md;  // the layout the copies are in
   std::vector<memory> copies;
   std::map<int64_t, dnnl::matmul> by_m;
@@ -57,6 +58,7 @@ OnednnMatmul::OnednnMatmul(const std::vector<float>& weight, int64_t K, int64_t 
                            int threads)
     : impl_(std::make_unique<Impl>()) {
   omp_set_num_threads(threads);
+  impl_->threads = threads;
   impl_->K = K;
   impl_->N = N;
   std::vector<uint16_t> bf(weight.size());
@@ -82,6 +84,8 @@ size_t OnednnMatmul::weight_bytes() const { return impl_->wei_md.get_size(); }
 int OnednnMatmul::copies() const { return int(impl_->copies.size()); }
 
 void OnednnMatmul::run(int copy, const uint16_t* x, uint16_t* y, int64_t M) {
+  // Another matmul of a run at a different thread count may have set OpenMP's since.
+  omp_set_num_threads(impl_->threads);
   dnnl::matmul& mm = impl_->primitive(M);
   memory src(impl_->src_md(M), impl_->engine, const_cast<uint16_t*>(x));
   memory dst(impl_->dst_md(M), impl_->engine, y);

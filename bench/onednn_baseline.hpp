@@ -11,7 +11,8 @@ namespace nibble::bench {
 
 class OnednnMatmul {
  public:
-  /// `weight` is W[n][k] in fp32; `copies` independent reordered copies are made.
+  /// `weight` is W[n][k] in fp32; `copies` independent reordered copies are made; every run uses
+  /// `threads` OpenMP threads.
   OnednnMatmul(const std::vector<float>& weight, int64_t K, int64_t N, int copies, int threads);
   ~OnednnMatmul();
   /// y[M][N] = x[M][K] · W^T with copy `copy` (bf16 in and out).

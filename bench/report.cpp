@@ -103,6 +103,13 @@ std::string case_name(const nlohmann::json& c) {
   return std::to_string(int64_t(num(c, "K"))) + "x" + std::to_string(int64_t(num(c, "N")));
 }
 
+// " at T threads" when the run timed more than one thread count, so that its series stay apart.
+std::string threads_suffix(const nlohmann::json& results, const nlohmann::json& c) {
+  const bool several = results.contains("thread_counts") && results.at("thread_counts").size() > 1;
+  if (!several || !c.contains("threads")) return "";
+  return " at " + std::to_string(int64_t(num(c, "threads"))) + " threads";
+}
+
 }  // namespace
 
 std::string roofline_svg(const nlohmann::json& results) {
@@ -127,7 +134,7 @@ std::string roofline_svg(const nlohmann::json& results) {
     double flops = c.contains("flops") ? num(c, "flops") : 2 * M * K * N;
     Point p{flops / bytes, flops / secs / 1e9, str(c, "mode"),
             str(c, "backend") + " " + str(c, "mode") + " " + case_name(c) +
-                " M=" + std::to_string(int64_t(M))};
+                " M=" + std::to_string(int64_t(M)) + threads_suffix(results, c)};
     pts.push_back(p);
     xmin = std::min(xmin, p.x);
     xmax = std::max(xmax, p.x);
@@ -182,7 +189,7 @@ std::string speedup_svg(const nlohmann::json& results) {
   for (const auto& c : cases) {
     double M = num(c, "M"), sp = num(c, "speedup_onednn");
     if (M <= 0 || sp <= 0) continue;
-    std::string series = case_name(c) + " " + str(c, "mode");
+    std::string series = case_name(c) + " " + str(c, "mode") + threads_suffix(results, c);
     pts.push_back({M, sp, series});
     mmax = std::max(mmax, M);
     smin = std::min(smin, sp);
@@ -220,7 +227,7 @@ std::string speedup_svg(const nlohmann::json& results) {
 
 std::string results_csv(const nlohmann::json& results) {
   std::ostringstream s;
-  s << "backend,kernel,mode,K,N,M,median_s,min_s,max_s,weight_gbps,tflops,ratio_bandwidth,"
+  s << "backend,kernel,mode,K,N,M,threads,median_s,min_s,max_s,weight_gbps,tflops,ratio_bandwidth,"
        "ratio_peak,onednn_bf16_s,speedup_onednn\n";
   for (const auto& c : results.at("cases")) {
     auto stat = [&](const char* key, const char* part) {
@@ -230,9 +237,10 @@ std::string results_csv(const nlohmann::json& results) {
     };
     s << str(c, "backend") << "," << str(c, "kernel") << "," << str(c, "mode") << ","
       << int64_t(num(c, "K")) << "," << int64_t(num(c, "N")) << "," << int64_t(num(c, "M")) << ","
-      << stat("seconds", "median") << "," << stat("seconds", "min") << "," << stat("seconds", "max")
-      << "," << num(c, "weight_gbps") << "," << num(c, "tflops") << "," << num(c, "ratio_bandwidth")
-      << "," << num(c, "ratio_peak") << "," << num(c, "onednn_bf16_seconds") << ","
+      << int64_t(num(c, "threads", num(results, "threads"))) << "," << stat("seconds", "median")
+      << "," << stat("seconds", "min") << "," << stat("seconds", "max") << ","
+      << num(c, "weight_gbps") << "," << num(c, "tflops") << "," << num(c, "ratio_bandwidth") << ","
+      << num(c, "ratio_peak") << "," << num(c, "onednn_bf16_seconds") << ","
       << num(c, "speedup_onednn") << "\n";
   }
   return s.str();

@@ -31,8 +31,8 @@ TEST(MoeBench, TimesFusedLoopAndOnednnAndTheirOutputsAgree) {
   fs::remove(json);
   fs::remove_all(report);
   ASSERT_EQ(bench({"--plugin-dir", NIBBLE_PLUGIN_BUILD_DIR, "--moe", "8x2x256x128,6x3x128x96",
-                   "--m", "1,5,40", "--rounds", "3", "--min-seconds", "0", "--cold-mib", "4",
-                   "--json", json.string(), "--report", report.string()}),
+                   "--m", "1,5,40", "--threads", "1,2", "--rounds", "3", "--min-seconds", "0",
+                   "--cold-mib", "4", "--json", json.string(), "--report", report.string()}),
             0);
   // The report draws MoE cases too: one roofline point per case, a speed-up line per series.
   std::ifstream svg(report / "roofline.svg");
@@ -41,18 +41,20 @@ TEST(MoeBench, TimesFusedLoopAndOnednnAndTheirOutputsAgree) {
   for (size_t at = roofline.find("<circle"); at != std::string::npos;
        at = roofline.find("<circle", at + 1))
     ++points;
-  EXPECT_EQ(points, 12u);
+  EXPECT_EQ(points, 24u);
   EXPECT_NE(roofline.find("moe 8x2x256x128"), std::string::npos);
   EXPECT_TRUE(fs::exists(report / "speedup.svg"));
   fs::remove_all(report);
   std::ifstream f(json);
   const nlohmann::json out = nlohmann::json::parse(f);
-  ASSERT_EQ(out.at("cases").size(), 2u * 3u * 2u);  // shapes × M × modes
+  ASSERT_EQ(out.at("cases").size(), 2u * 2u * 3u * 2u);  // thread counts × shapes × M × modes
+  EXPECT_EQ(out.at("thread_counts"), nlohmann::json({1, 2}));
   for (const auto& c : out.at("cases")) {
     const std::string what = c.at("shape").get<std::string>() +
                              " M=" + std::to_string(c.at("M").get<int>()) + " " +
                              c.at("mode").get<std::string>();
     EXPECT_EQ(c.at("kind"), "moe");
+    EXPECT_TRUE(c.at("threads") == 1 || c.at("threads") == 2) << what;
     EXPECT_GT(c.at("seconds").at("median").get<double>(), 0) << what;
     EXPECT_GT(c.at("speedup_loop").at("median").get<double>(), 0) << what;
     EXPECT_GT(c.at("speedup_onednn").at("median").get<double>(), 0) << what;
@@ -66,6 +68,16 @@ TEST(MoeBench, TimesFusedLoopAndOnednnAndTheirOutputsAgree) {
     EXPECT_LE(c.at("prepared_over_checkpoint").get<double>(), 1.05) << what;
     EXPECT_GT(c.at("prepared_over_checkpoint").get<double>(), 0.9) << what;
   }
+  // Decode and fused-over-loop targets for every shape and mode at 2 threads, each `met` its
+  // value against its goal.
+  size_t decode = 0;
+  for (const auto& t : out.at("targets")) {
+    EXPECT_EQ(t.at("threads"), 2) << t.dump();
+    EXPECT_EQ(t.at("met").get<bool>(), t.at("value").get<double>() >= t.at("goal").get<double>());
+    decode += t.at("target") == "moe_decode_routed_bandwidth";
+  }
+  EXPECT_EQ(decode, 2u * 2u);
+  EXPECT_EQ(out.at("targets").size(), 2u * 2u * 3u);  // decode, loop at M=1 and at M=40
   fs::remove(json);
 }
 

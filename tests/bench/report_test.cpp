@@ -63,6 +63,24 @@ TEST(BenchReport, TheSpeedupChartHasOneLinePerShapeAndMode) {
   EXPECT_THAT(svg, HasSubstr("4096x4096 w4a16 M=16: 2.48x"));
 }
 
+TEST(BenchReport, ARunAtTwoThreadCountsKeepsTheirSeriesApart) {
+  nlohmann::json run = sample();
+  nlohmann::json cases = nlohmann::json::array();
+  for (int threads : {1, 2})
+    for (nlohmann::json c : run.at("cases")) {
+      c["threads"] = threads;
+      cases.push_back(c);
+    }
+  run["cases"] = cases;
+  run["thread_counts"] = {1, 2};
+  const std::string svg = nibble::bench::speedup_svg(run);
+  EXPECT_EQ(count(svg, "<polyline"), 4u);  // 2 shapes-and-modes × 2 thread counts
+  EXPECT_THAT(svg, HasSubstr("4096x4096 w4a16 at 2 threads M=16: 2.48x"));
+  EXPECT_THAT(nibble::bench::roofline_svg(run), HasSubstr("4096x4096 M=1024 at 1 threads"));
+  EXPECT_THAT(nibble::bench::results_csv(run),
+              HasSubstr("cpu_amx,linear_a8,w4a8,4096,4096,1024,2,"));
+}
+
 TEST(BenchReport, NoTimingsIsAnError) {
   nlohmann::json empty = {{"cases", nlohmann::json::array()}};
   EXPECT_THROW(nibble::bench::roofline_svg(empty), std::runtime_error);
