@@ -102,7 +102,7 @@ class DensePrepared final : public sdk::Prepared {
     if (parts == 1) {
       slice(0);
     } else {
-      WorkerPool::instance().run(int(parts), [&](int i) { slice(i); });
+      WorkerPool::instance().for_each(threads, parts, slice);
     }
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N_; ++n)

@@ -88,26 +88,29 @@ Slice slice_of(const Split& s, int64_t M, int64_t panels, int64_t row_align, int
   return out;
 }
 
-// A one-use barrier for the parts of one call (all of them run at once on the pool).
-class PartBarrier {
- public:
-  explicit PartBarrier(int parts) : parts_(parts) {}
-  void arrive_and_wait() {
-    arrived_.fetch_add(1, std::memory_order_acq_rel);
-    for (unsigned n = 0; arrived_.load(std::memory_order_acquire) < parts_; ++n)
-      if (n < (1u << 14))
-        _mm_pause();
-      else
-        std::this_thread::yield();
-  }
+// Each part's slice is cut into this many units along its panel pairs: a part first runs its own
+// units, then takes those of parts that are late (descheduled, or slowed by a neighbour).
+constexpr int64_t kUnitsPerPart = 4;
 
- private:
-  const int parts_;
-  std::atomic<int> arrived_{0};
-};
+// Unit `sub` of a slice: its share of the slice's panel pairs, all of its rows.
+Slice sub_slice(const Slice& s, int64_t panels, int64_t sub) {
+  Slice out = s;
+  const int64_t pairs = (s.p1 - s.p0 + 1) / 2;
+  out.p0 = std::min(s.p1, s.p0 + 2 * (pairs * sub / kUnitsPerPart));
+  out.p1 = std::min({s.p1, panels, s.p0 + 2 * (pairs * (sub + 1) / kUnitsPerPart)});
+  return out;
+}
 
-// One call of a linear layer on the pool: prepare(r0, r1) fills activation rows [r0, r1) (split
-// over the parts when there are enough rows), then compute(slice) runs each part's slice.
+void wait_until(const std::atomic<int64_t>& counter, int64_t value) {
+  for (unsigned n = 0; counter.load(std::memory_order_acquire) < value; ++n)
+    if (n < (1u << 14))
+      _mm_pause();
+    else
+      std::this_thread::yield();
+}
+
+// One call of a linear layer on the pool: prepare(r0, r1) fills activation rows [r0, r1) in
+// blocks any thread may take, then compute(slice) runs the units of every part's slice.
 template <class Prepare, class Compute>
 void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, int threads,
                 int64_t row_align, const Prepare& prepare, const Compute& compute) {
@@ -120,25 +123,21 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
     compute(slice_of(s, M, panels, row_align, 0));
     return;
   }
-  // Rows in blocks of 4 per part; decode-sized activations are prepared by part 0 alone.
-  const int64_t row_blocks = (rows + 3) / 4;
-  const int64_t fillers = std::min<int64_t>(parts, row_blocks >= 8 ? row_blocks : 1);
-  PartBarrier barrier(parts);
+  // Activation rows in blocks of 32 (decode-sized activations: one block).
+  const int64_t fill_blocks = (rows + 31) / 32;
+  std::atomic<int64_t> fill_next{0}, fill_done{0};
+  ItemQueues units(parts, parts * kUnitsPerPart);
   WorkerPool::instance().run(parts, [&](int part) {
-    {
-      // Arrive even when preparing throws, or the other parts would wait forever.
-      struct Arrive {
-        PartBarrier& b;
-        ~Arrive() { b.arrive_and_wait(); }
-      } arrive{barrier};
-      if (part < fillers) {
-        const int64_t r0 = std::min(rows, 4 * (row_blocks * part / fillers));
-        const int64_t r1 = std::min(rows, 4 * (row_blocks * (part + 1) / fillers));
-        if (r0 < r1) prepare(r0, r1);
-      }
+    for (int64_t b; (b = fill_next.fetch_add(1, std::memory_order_relaxed)) < fill_blocks;) {
+      prepare(32 * b, std::min(rows, 32 * (b + 1)));
+      fill_done.fetch_add(1, std::memory_order_release);
     }
-    const Slice slice = slice_of(s, M, panels, row_align, part);
-    if (!slice.empty()) compute(slice);
+    wait_until(fill_done, fill_blocks);
+    units.drain(part, [&](int64_t u) {
+      const Slice slice = sub_slice(slice_of(s, M, panels, row_align, u / kUnitsPerPart), panels,
+                                    u % kUnitsPerPart);
+      if (!slice.empty()) compute(slice);
+    });
   });
 }
 

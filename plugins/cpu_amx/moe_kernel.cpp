@@ -236,7 +236,7 @@ class MoePrepared final : public sdk::Prepared {
     // One projection's GEMM tasks into fp32 rows of `out` (row stride ld).
     auto project = [&](Projection p, const std::vector<size_t>& off, float* out, int64_t ld) {
       const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(p);
-      run_pieces(threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
+      run_pieces(threads, int64_t(pieces.size()), [&](int64_t i) {
         for (const GemmTask& t : pieces[size_t(i)]) {
           const PackedLinear& w = weight_of(t.expert, p);
           OutputView y{reinterpret_cast<char*>(out + s.begin[size_t(t.expert)] * ld), ld,
@@ -249,7 +249,7 @@ class MoePrepared final : public sdk::Prepared {
     // w13's GEMM with silu(gate)·up applied to each block while it is in cache: h [rows][I].
     auto project_w13_silu = [&](const std::vector<size_t>& off, float* h) {
       const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(Projection::w13);
-      run_pieces(threads, streaming, int64_t(pieces.size()), [&](int64_t i) {
+      run_pieces(threads, int64_t(pieces.size()), [&](int64_t i) {
         // Per thread, kept between calls: 128 KiB is above malloc's mmap threshold, and a fresh
         // mapping per piece cost page faults and zeroing on every call (seen in perf).
         thread_local std::vector<float> scratch;

@@ -45,26 +45,18 @@ struct Unit {
 };
 std::vector<std::vector<GemmTask>> split_pieces(const std::vector<Unit>& units, int64_t count);
 
-/// Run fn(i) for i in [0, count) on the worker pool: piece i on part i % threads (streaming
-/// pieces: each thread keeps its weight stream), or handed out dynamically. Any thread may take
-/// any i: each one's result does not depend on who runs it. One thread (or one item) runs inline.
+/// Run fn(i) for i in [0, count) on the worker pool: thread p first takes its own share of the
+/// pieces (with one piece per thread, each keeps its weight stream), then pieces others have not
+/// taken. Any thread may take any i: each one's result does not depend on who runs it.
 template <class Fn>
-inline void run_pieces(int threads, bool one_per_thread, int64_t count, const Fn& fn) {
-  if (count <= 0) return;
-  const int parts = int(std::min<int64_t>(std::max(1, threads), count));
-  if (!one_per_thread) {
-    WorkerPool::instance().run_dynamic(parts, count, fn);
-    return;
-  }
-  WorkerPool::instance().run(parts, [&](int part) {
-    for (int64_t i = part; i < count; i += parts) fn(i);
-  });
+inline void run_pieces(int threads, int64_t count, const Fn& fn) {
+  WorkerPool::instance().for_each(threads, count, fn);
 }
 
 /// Independent tasks handed out dynamically.
 template <class Fn>
 inline void run_tasks(int threads, int64_t count, const Fn& fn) {
-  run_pieces(threads, false, count, fn);
+  run_pieces(threads, count, fn);
 }
 
 }  // namespace nibble::cpu_amx

@@ -75,9 +75,11 @@ void WorkerPool::worker_main(Slot* slot, int part) {
     }
     seen = now_seq;
     if (slot->stop) return;
-    Job& job = *slot->job;
-    run_part(job, part);
-    job.pending.fetch_sub(1, std::memory_order_release);
+    // A job the caller has already revoked (it found the work done) is skipped.
+    Job* job = slot->job.exchange(nullptr, std::memory_order_acq_rel);
+    if (!job) continue;
+    run_part(*job, part);
+    job->pending.fetch_sub(1, std::memory_order_release);
   }
 }
 
@@ -102,11 +104,15 @@ void WorkerPool::run_erased(int parts, Call call, const void* fn) {
   job.pending.store(parts - 1, std::memory_order_relaxed);
   for (int i = 0; i < parts - 1; ++i) {
     Slot& slot = *slots_[size_t(i)];
-    slot.job = &job;
+    slot.job.store(&job, std::memory_order_release);
     slot.seq.fetch_add(1, std::memory_order_seq_cst);
     if (slot.parked.load(std::memory_order_seq_cst)) slot.seq.notify_one();
   }
   run_part(job, 0);
+  // No item is left to take: a worker that has not taken the job yet will not.
+  for (int i = 0; i < parts - 1; ++i)
+    if (slots_[size_t(i)]->job.exchange(nullptr, std::memory_order_acq_rel) == &job)
+      job.pending.fetch_sub(1, std::memory_order_relaxed);
   for (unsigned n = 0; job.pending.load(std::memory_order_acquire) != 0; ++n) {
     if (n < (1u << 14))
       _mm_pause();

@@ -5,12 +5,15 @@
 // cores of whatever runs next, so the spin ends after NIBBLE_CPU_AMX_SPIN_US microseconds
 // (docs/cpu_amx.md has the measurements behind the default).
 //
-// A call runs part 0 on the calling thread and parts 1.. on workers 1.., all at once (a part may
-// wait at a barrier for its siblings), so a thread keeps the same part (and so the same slice of
-// the weight) from call to call. One call at a time: concurrent callers (forward may run
-// concurrently on one handle) take turns. A part must not call run() itself.
+// Work is shared, not assigned: a call's threads take items from per-thread queues, each first
+// its own (so a thread keeps the same slice of the weight from call to call), then whatever the
+// others left. When the caller finds no item left, workers that have not yet joined the call are
+// skipped. On a machine whose cores are shared (a VM, other processes), a worker the OS has
+// descheduled for a time slice then delays nobody, where a static split would make the whole
+// call wait for it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -27,8 +30,10 @@ class WorkerPool {
   /// count asked for. Never destroyed (the host may call shutdown after static destructors).
   static WorkerPool& instance();
 
-  /// Run fn(part) for every part in [0, parts) at once, part 0 on the caller; returns when all
-  /// have finished. The first exception a part throws is rethrown here after all parts finish.
+  /// Run fn(part) on the caller (part 0) and on up to parts − 1 workers. fn must share its work
+  /// through a queue (ItemQueues) and return only when no item is left to take; once fn(0)
+  /// returns, parts that have not started are skipped, and run returns when the started ones
+  /// finish. The first exception a part throws is rethrown here. fn must not call run itself.
   template <class Fn>
   void run(int parts, const Fn& fn) {
     if (parts <= 1) {
@@ -39,20 +44,11 @@ class WorkerPool {
         parts, [](const void* f, int part) { (*static_cast<const Fn*>(f))(part); }, &fn);
   }
 
-  /// fn(i) for every i in [0, count), handed out dynamically to `parts` threads (part 0 the
-  /// caller). Which thread runs an item must not change its result.
+  /// fn(i) for every i in [0, count) on up to `parts` threads: thread p first takes the items
+  /// [count·p/parts, count·(p+1)/parts) in order, then items the others have not taken. Which
+  /// thread runs an item must not change its result.
   template <class Fn>
-  void run_dynamic(int parts, int64_t count, const Fn& fn) {
-    if (count <= 0) return;
-    if (parts <= 1 || count == 1) {
-      for (int64_t i = 0; i < count; ++i) fn(i);
-      return;
-    }
-    std::atomic<int64_t> next{0};
-    run(int(std::min<int64_t>(parts, count)), [&](int) {
-      for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < count;) fn(i);
-    });
-  }
+  void for_each(int parts, int64_t count, const Fn& fn);
 
   /// Microseconds a worker spins for the next call before it parks (0: park at once).
   void set_spin_microseconds(int64_t us) { spin_ns_.store(us * 1000, std::memory_order_relaxed); }
@@ -75,12 +71,12 @@ class WorkerPool {
     std::exception_ptr error;
     std::mutex error_mutex;
   };
-  // One worker's mailbox on its own cache line: the caller writes `job`, then bumps `seq`; the
+  // One worker's mailbox on its own cache line: the caller stores `job`, then bumps `seq`; the
   // worker spins on `seq`, and once its spin time is up it sets `parked` and sleeps on `seq`.
   struct alignas(64) Slot {
     std::atomic<uint32_t> seq{0};
     std::atomic<int> parked{0};
-    Job* job = nullptr;
+    std::atomic<Job*> job{nullptr};  // taken by the worker (exchange) or revoked by the caller
     bool stop = false;
   };
 
@@ -95,5 +91,57 @@ class WorkerPool {
   std::vector<std::thread> threads_;
   std::atomic<int64_t> spin_ns_;
 };
+
+/// Per-thread queues of item indices for one call: owner p holds [count·p/owners,
+/// count·(p+1)/owners); take(p) hands out the next of p's items, or −1 when p has none left.
+class ItemQueues {
+ public:
+  ItemQueues(int owners, int64_t count) : owners_(owners) {
+    if (owners > kInline) heap_.reset(new Queue[size_t(owners)]);
+    Queue* q = queues();
+    for (int p = 0; p < owners; ++p) {
+      q[p].next.store(count * p / owners, std::memory_order_relaxed);
+      q[p].end = count * (p + 1) / owners;
+    }
+  }
+  int owners() const { return owners_; }
+  int64_t take(int owner) {
+    Queue& q = queues()[owner];
+    if (q.next.load(std::memory_order_relaxed) >= q.end) return -1;
+    const int64_t i = q.next.fetch_add(1, std::memory_order_relaxed);
+    return i < q.end ? i : -1;
+  }
+  /// Run fn(i) for every item this thread can take: its own queue first, then the others'.
+  template <class Fn>
+  void drain(int part, const Fn& fn) {
+    for (int k = 0; k < owners_; ++k) {
+      const int owner = (part + k) % owners_;
+      for (int64_t i; (i = take(owner)) >= 0;) fn(i);
+    }
+  }
+
+ private:
+  struct alignas(64) Queue {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+  static constexpr int kInline = 32;
+  Queue* queues() { return heap_ ? heap_.get() : inline_; }
+  int owners_;
+  Queue inline_[kInline];
+  std::unique_ptr<Queue[]> heap_;
+};
+
+template <class Fn>
+void WorkerPool::for_each(int parts, int64_t count, const Fn& fn) {
+  if (count <= 0) return;
+  parts = int(std::min<int64_t>(std::max(parts, 1), count));
+  if (parts == 1) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  ItemQueues queues(parts, count);
+  run(parts, [&](int part) { queues.drain(part, fn); });
+}
 
 }  // namespace nibble::cpu_amx

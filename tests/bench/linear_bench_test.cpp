@@ -81,11 +81,13 @@ TEST(LinearBench, RunsEveryCaseAtEachThreadCountAndEvaluatesTheTargets) {
   // A target's value is the case's own ratio: M = 4 against the bandwidth.
   for (const auto& t : targets) {
     if (t.at("target") != "m4_bandwidth") continue;
-    for (const auto& c : out.at("cases"))
+    for (const auto& c : out.at("cases")) {
       if (c.at("threads") == 2 && c.at("M") == 4 && c.at("mode") == t.at("mode") &&
           std::to_string(c.at("K").get<int>()) + "x" + std::to_string(c.at("N").get<int>()) ==
-              t.at("shape"))
+              t.at("shape")) {
         EXPECT_DOUBLE_EQ(t.at("value").get<double>(), c.at("ratio_bandwidth").get<double>());
+      }
+    }
   }
   const std::string skipped = out.at("targets_skipped").dump();
   EXPECT_NE(skipped.find("m1_bandwidth: no M=1 case on 4096x4096 at 2 threads"), std::string::npos)

@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -12,13 +13,9 @@ namespace nibble {
 namespace {
 
 std::string range_text(double lo, double hi) {
-  auto fmt = [](double v) {
-    std::string s = std::to_string(v);
-    s.erase(s.find_last_not_of('0') + 1);
-    if (!s.empty() && s.back() == '.') s.pop_back();
-    return s;
-  };
-  return "[" + fmt(lo) + ", " + fmt(hi) + "]";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "[%g, %g]", lo, hi);
+  return buf;
 }
 
 }  // namespace
