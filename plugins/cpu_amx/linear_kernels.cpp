@@ -92,12 +92,15 @@ Slice slice_of(const Split& s, int64_t M, int64_t panels, int64_t row_align, int
 // units, then takes those of parts that are late (descheduled, or slowed by a neighbour).
 constexpr int64_t kUnitsPerPart = 4;
 
-// Unit `sub` of a slice: its share of the slice's panel pairs, all of its rows.
+// Unit `sub` of a slice: its share of the slice's panel pairs, all of its rows. A unit keeps at
+// least two pairs, so the streaming kernels still read four panels at once.
 Slice sub_slice(const Slice& s, int64_t panels, int64_t sub) {
   Slice out = s;
   const int64_t pairs = (s.p1 - s.p0 + 1) / 2;
-  out.p0 = std::min(s.p1, s.p0 + 2 * (pairs * sub / kUnitsPerPart));
-  out.p1 = std::min({s.p1, panels, s.p0 + 2 * (pairs * (sub + 1) / kUnitsPerPart)});
+  const int64_t units = std::clamp<int64_t>(pairs / 2, 1, kUnitsPerPart);
+  if (sub >= units) return Slice{};
+  out.p0 = std::min(s.p1, s.p0 + 2 * (pairs * sub / units));
+  out.p1 = std::min({s.p1, panels, s.p0 + 2 * (pairs * (sub + 1) / units)});
   return out;
 }
 
