@@ -106,7 +106,8 @@ int nibble_cmd_backends(int argc, char** argv) {
     if (a == "--json")
       json = true;
     else {
-      std::fprintf(stderr, "nibble backends: unknown option '%s' (see --help)\n", a.c_str());
+      std::fprintf(stderr, "nibble backends: unknown option %s (see --help)\n",
+                   nibble::quoted_untrusted(a).c_str());
       return 2;
     }
   }

@@ -1,8 +1,10 @@
 // nibble run: one linear layer or one MoE block (router included) of a checkpoint, on an input
 // tensor from a safetensors file; the result is written as tensor "y" in the input's dtype.
 #include <nibble/error.hpp>
+#include <nibble/parse_number.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/safetensors.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
 
@@ -22,6 +24,8 @@ const char* kHelp =
     "the input tensor [M, K] (f32, bf16 or f16) and writes the result as tensor \"y\" in the\n"
     "input's dtype. --explain prints which backend and kernel ran each part and why the others\n"
     "could not.\n\n";
+
+constexpr int64_t kMaxTopK = 65536;
 
 struct RunArgs {
   std::string model, layer, input, output;
@@ -47,13 +51,8 @@ RunArgs parse(std::vector<std::string>& args) {
     else if (a == "--output")
       r.output = value();
     else if (a == "--top-k") {
-      std::string v = value();
-      try {
-        r.top_k = std::stoi(v);
-      } catch (const std::exception&) {
-        r.top_k = -1;
-      }
-      if (r.top_k <= 0) throw nibble::Error("--top-k '" + v + "' is not a positive whole number");
+      // At most the number of experts, which the MoE block checks once it is known.
+      r.top_k = int(nibble::parse_integer(value(), 1, kMaxTopK, "--top-k"));
     } else if (a == "--no-renormalize")
       r.renormalize = false;
     else if (a == "--renormalize")
@@ -61,7 +60,8 @@ RunArgs parse(std::vector<std::string>& args) {
     else if (a == "--explain")
       r.explain = true;
     else
-      throw nibble::Error("unknown option '" + a + "' (see nibble run --help)");
+      throw nibble::Error("unknown option " + nibble::quoted_untrusted(a) +
+                          " (see nibble run --help)");
   }
   for (auto [flag, v] : {std::pair{"--model", &r.model},
                          {"--layer", &r.layer},
@@ -91,7 +91,8 @@ int nibble_cmd_run(int argc, char** argv) {
   RunArgs r = parse(args);
   size_t colon = r.input.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == r.input.size())
-    throw nibble::Error("--input '" + r.input + "' must be FILE.safetensors:TENSOR");
+    throw nibble::Error("--input " + nibble::quoted_untrusted(r.input) +
+                        " must be FILE.safetensors:TENSOR");
   std::string in_file = r.input.substr(0, colon), in_tensor = r.input.substr(colon + 1);
 
   nibble::Runtime rt(nibble::cli::resolve_options(flags));
