@@ -133,6 +133,16 @@ TEST(OptionRange, RunRefusesBadTopKAndAnEmptyBackendList) {
   EXPECT_EQ(ok.status, 0) << ok.output;
 }
 
+TEST(OptionRange, ConformanceRefusesWrappedTimeoutsAndThreads) {
+  const std::string plugin = std::string(NIBBLE_PLUGIN_BUILD_DIR) + "/libnibble_npu_ref.so";
+  for (const char* bad : {"0", "-1", "4294967297", "86401", "5s"})
+    expect_refused(
+        {"conformance --plugin " + plugin + " --timeout " + bad, {"--timeout", "[1, 86400]"}});
+  for (const char* bad : {"0", "4294967297", "4097"})
+    expect_refused(
+        {"conformance --plugin " + plugin + " --threads " + bad, {"--threads", "[1, 4096]"}});
+}
+
 TEST(OptionRange, UnknownFlagsAreEchoedEscaped) {
   // The shell's printf makes the raw ESC and BEL bytes.
   Outcome o = nibble_cli("backends \"$(printf -- '--\\033]0;owned\\007')\"");

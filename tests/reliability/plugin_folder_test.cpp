@@ -96,6 +96,22 @@ TEST(PluginFolder, RealPluginsPassThePreflight) {
   }
 }
 
+TEST(PluginFolder, TheFuzzSeedsAreTheTinyElfFilesTheyClaimToBe) {
+  const fs::path seeds =
+      fs::path(NIBBLE_TEST_DATA_DIR) / ".." / "fuzz" / "corpus" / "elf_preflight";
+  ElfExports one = read_elf_exports((seeds / "plugin_entry.so").string(), "nibble_plugin_entry");
+  EXPECT_EQ(one.problem, "");
+  EXPECT_TRUE(one.has_symbol);
+  EXPECT_EQ(one.dynamic_names, std::vector<std::string>{"nibble_plugin_entry"});
+  ElfExports two = read_elf_exports((seeds / "two_tables.so").string(), "nibble_plugin_entry");
+  EXPECT_EQ(two.problem, "");
+  EXPECT_EQ(two.dynamic_names,
+            (std::vector<std::string>{"helper", "nibble_plugin_entry", "other"}));
+  ElfExports none = read_elf_exports((seeds / "no_entry.so").string(), "nibble_plugin_entry");
+  EXPECT_EQ(none.problem, "");
+  EXPECT_FALSE(none.has_symbol);
+}
+
 TEST(PluginFolder, AFakeElfIsReportedAndTheRealPluginsStillLoad) {
   fs::path dir = fresh_dir("fake_elf");
   // 300 bytes: a plausible ELF64 header, then noise that sends its offsets anywhere.
@@ -141,6 +157,16 @@ TEST(PluginFolder, AClaimedHugeSymbolTableAllocatesNothingOfThatSize) {
     EXPECT_THAT(e.problem, HasSubstr("past the end of the")) << type;
     EXPECT_FALSE(e.has_symbol);
     EXPECT_LT(peak_rss_kib() - before, 64 * 1024) << "the preflight grew the process by > 64 MiB";
+  }
+  // A loadable segment that claims more of the file than there is.
+  {
+    auto elf = real;
+    Elf64_Ehdr eh;
+    std::memcpy(&eh, elf.data(), sizeof eh);
+    auto* ph = reinterpret_cast<Elf64_Phdr*>(elf.data() + eh.e_phoff);
+    ASSERT_EQ(ph->p_type, uint32_t(PT_LOAD));
+    ph->p_filesz = ph->p_memsz = uint64_t(3) << 30;
+    EXPECT_THAT(read_elf_exports(elf, "nibble_plugin_entry").problem, HasSubstr("segment 0"));
   }
   // Offsets that wrap around 2^64 when added to a size.
   auto elf = real;

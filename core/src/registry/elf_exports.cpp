@@ -103,6 +103,34 @@ std::string scan_table(const Reader& r, const Elf64_Ehdr& eh, const Elf64_Shdr& 
   return "";
 }
 
+// The program headers: a loadable segment and a dynamic section, each inside the file.
+std::string check_segments(const Reader& r, const Elf64_Ehdr& eh) {
+  if (eh.e_phnum == 0) return "an ELF file without program headers (nothing a loader could map)";
+  if (eh.e_phentsize != sizeof(Elf64_Phdr))
+    return "program headers of " + std::to_string(eh.e_phentsize) + " bytes; ELF64 uses " +
+           std::to_string(sizeof(Elf64_Phdr));
+  if (!within(eh.e_phoff, uint64_t(eh.e_phnum) * sizeof(Elf64_Phdr), r.size))
+    return std::to_string(eh.e_phnum) + " program headers at offset " + std::to_string(eh.e_phoff) +
+           " run past the end of the " + std::to_string(r.size) + "-byte file";
+  bool load = false, dynamic = false;
+  for (uint16_t i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    if (!r.read(eh.e_phoff + uint64_t(i) * sizeof(Elf64_Phdr), sizeof ph, &ph))
+      return "the program headers cannot be read";
+    if (ph.p_type != PT_LOAD && ph.p_type != PT_DYNAMIC) continue;
+    if (!within(ph.p_offset, ph.p_filesz, r.size))
+      return "segment " + std::to_string(i) + " claims " + std::to_string(ph.p_filesz) +
+             " bytes at offset " + std::to_string(ph.p_offset) + ", past the end of the " +
+             std::to_string(r.size) + "-byte file";
+    if (ph.p_type == PT_LOAD && ph.p_filesz > ph.p_memsz)
+      return "segment " + std::to_string(i) + " holds more bytes in the file than in memory";
+    (ph.p_type == PT_LOAD ? load : dynamic) = true;
+  }
+  if (!load) return "an ELF shared object without a loadable segment";
+  if (!dynamic) return "an ELF shared object without a dynamic section";
+  return "";
+}
+
 ElfExports read_exports(const Reader& r, const std::string& symbol) {
   ElfExports out;
   auto fail = [&](std::string why) {
@@ -141,6 +169,10 @@ ElfExports read_exports(const Reader& r, const std::string& symbol) {
     if (!why.empty()) return fail(why);
   }
   if (!any_table) return fail("an ELF shared object without symbol tables");
+  // Checked after the symbols so a fuzzer explores those; the dynamic loader maps segments, and
+  // one that lies past the end of the file is refused here instead of reaching it.
+  std::string why = check_segments(r, eh);
+  if (!why.empty()) return fail(why);
   return out;
 }
 
