@@ -234,12 +234,27 @@ TEST(PluginFolder, ALinkUnderAnotherNameDoesNotSpoilTheRealPlugin) {
   ASSERT_NE(link, nullptr);
   EXPECT_FALSE(link->ok);
   EXPECT_EQ(link->target, fs::canonical(kPlugins / "libnibble_npu_ref.so").string());
+  EXPECT_EQ(link->stage, LoadReport::Stage::Scan) << "the alias must not run the plugin's code";
   EXPECT_THAT(link->message, HasSubstr("libnibble_aaa.so"));
   EXPECT_THAT(link->message, HasSubstr(link->target));
+  EXPECT_THAT(link->message, HasSubstr("'npu_ref'"));
   const LoadReport* real = report_at(*reg, fs::canonical(kPlugins) / "libnibble_npu_ref.so");
   ASSERT_NE(real, nullptr);
   EXPECT_TRUE(real->ok) << real->message;
   EXPECT_THAT(real->message, Not(HasSubstr("aaa")));
+}
+
+TEST(PluginFolder, ALinkToAVersionedFileLoadsUnderTheLinksName) {
+  fs::path dir = fresh_dir("versioned");
+  fs::copy_file(kPlugins / "libnibble_npu_ref.so", dir / "npu_ref.so.1.2.3");
+  fs::create_symlink("npu_ref.so.1.2.3", dir / "libnibble_npu_ref.so");
+  auto reg = Registry::load(options_for({dir.string()}, {"npu_ref"}));
+  const LoadReport* r = report_at(*reg, dir / "libnibble_npu_ref.so");
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->ok) << r->message;
+  EXPECT_EQ(r->target, fs::canonical(dir / "npu_ref.so.1.2.3").string());
+  ASSERT_NE(reg->find("npu_ref"), nullptr);
+  EXPECT_EQ(reg->find("npu_ref")->file, r->target);
 }
 
 TEST(PluginFolder, ALinkIntoAWorldWritableFolderIsRefused) {

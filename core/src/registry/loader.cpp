@@ -259,6 +259,14 @@ std::string resolve_candidate(Candidate& c) {
     if (!S_ISREG(st.st_mode))
       return "is a symbolic link to " + escape_untrusted(c.target) + ", which is " +
              detail::file_kind(st.st_mode) + ", not a regular file";
+    // A link to another plugin's file would load that plugin under a name it does not have; it
+    // loads under its own name from its own file instead.
+    std::smatch m;
+    const std::string target_name = target.filename().string();
+    if (std::regex_match(target_name, m, plugin_file_pattern()) && m[1].str() != c.stem)
+      return "skipped: libnibble_" + c.stem + ".so is a symbolic link to " +
+             escape_untrusted(c.target) + ", the file of plugin '" + m[1].str() +
+             "', which loads only under its own name";
     return "";
   }
   if (!S_ISREG(st.st_mode))
