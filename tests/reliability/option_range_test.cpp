@@ -152,6 +152,15 @@ TEST(OptionRange, UnknownFlagsAreEchoedEscaped) {
   o = nibble_cli("\"$(printf '\\033[2J')\"");
   EXPECT_EQ(o.status, 2);
   EXPECT_EQ(o.output.find('\x1b'), std::string::npos);
+  // A plugin folder whose name is not UTF-8 and holds ESC: listed escaped, as text and as JSON.
+  for (const char* json : {"", " --json"}) {
+    o = nibble_cli(
+        "backends --no-default-plugin-dir --plugin-dir \"$(printf '/nonexistent/\\377\\033[2J')\"" +
+        std::string(json));
+    EXPECT_EQ(o.status, 0) << o.output;
+    EXPECT_EQ(o.output.find('\x1b'), std::string::npos) << json;
+    EXPECT_THAT(o.output, HasSubstr("\\xFF")) << json;
+  }
 }
 
 // A host whose log the test reads.
