@@ -100,16 +100,18 @@ int nibble_cmd_run(int argc, char** argv) {
   auto input = nibble::SafetensorsFile::open(in_file);
   const nibble::TensorView& xv = input->tensor(in_tensor);
   if (xv.shape.size() != 2)
-    throw nibble::Error(in_file + ": tensor " + in_tensor + " is " + xv.shape_string() +
+    throw nibble::Error(nibble::escape_untrusted(in_file) + ": tensor " +
+                        nibble::quoted_untrusted(in_tensor) + " is " + xv.shape_string() +
                         "; expected 2-D [M, K]");
   if (xv.dtype != nibble::DType::F32 && xv.dtype != nibble::DType::BF16 &&
       xv.dtype != nibble::DType::F16)
-    throw nibble::Error(in_file + ": tensor " + in_tensor + " is " +
+    throw nibble::Error(nibble::escape_untrusted(in_file) + ": tensor " +
+                        nibble::quoted_untrusted(in_tensor) + " is " +
                         std::string(nibble::dtype_name(xv.dtype)) + "; expected F32, BF16 or F16");
   // Mapped data may be unaligned: copy it into an aligned buffer.
   const int64_t M = xv.shape[0], K = xv.shape[1];
   std::vector<uint64_t> xbuf((xv.nbytes + 7) / 8);
-  std::memcpy(xbuf.data(), xv.data, xv.nbytes);
+  if (xv.nbytes > 0) std::memcpy(xbuf.data(), xv.data, xv.nbytes);
   int64_t xshape[2] = {M, K};
   DLTensor x{xbuf.data(), {kDLCPU, 0}, 2, nibble::to_dlpack(xv.dtype), xshape, nullptr, 0};
 
@@ -120,7 +122,14 @@ int nibble_cmd_run(int argc, char** argv) {
   std::vector<uint64_t> ybuf;
   int64_t yshape[2] = {M, 0};
   DLTensor y{nullptr, {kDLCPU, 0}, 2, x.dtype, yshape, nullptr, 0};
-  auto alloc_y = [&](int64_t cols) {
+  // The input's K is checked before the output is allocated: a shape such as [4000000, 0] holds
+  // no bytes but would ask for M × N of output.
+  auto alloc_y = [&](int64_t k, int64_t cols) {
+    if (K != k)
+      throw nibble::Error(nibble::escape_untrusted(in_file) + ": tensor " +
+                          nibble::quoted_untrusted(in_tensor) + " is " + xv.shape_string() +
+                          "; layer " + nibble::quoted_untrusted(r.layer) + " expects [M, " +
+                          std::to_string(k) + "]");
     out_cols = cols;
     yshape[1] = cols;
     ybuf.assign((size_t(M * cols) * nibble::dtype_size(xv.dtype) + 7) / 8, 0);
@@ -132,14 +141,15 @@ int nibble_cmd_run(int argc, char** argv) {
     mo.top_k = r.top_k;
     mo.renormalize = r.renormalize;
     auto moe = rt.moe(ckpt, r.layer, mo);
-    alloc_y(moe.hidden());
+    alloc_y(moe.hidden(), moe.hidden());
     moe.forward(x, y);
     placements = moe.placements();
   } else {
     if (r.top_k || r.renormalize)
-      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " + r.layer + " is not one");
+      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " +
+                          nibble::quoted_untrusted(r.layer) + " is not one");
     auto lin = rt.linear(ckpt, r.layer);
-    alloc_y(lin.out_features());
+    alloc_y(lin.in_features(), lin.out_features());
     lin.forward(x, y);
     placements = {lin.placement()};
   }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -141,6 +142,27 @@ TEST(OptionRange, ConformanceRefusesWrappedTimeoutsAndThreads) {
   for (const char* bad : {"0", "4294967297", "4097"})
     expect_refused(
         {"conformance --plugin " + plugin + " --threads " + bad, {"--threads", "[1, 4096]"}});
+}
+
+TEST(OptionRange, RunChecksTheInputsKBeforeAllocatingTheOutput) {
+  // An input of shape [4000000, 0] holds no bytes; M x N of output would be gigabytes.
+  const std::string dir = scratch("empty_rows");
+  const std::string header = R"({"x":{"dtype":"F32","shape":[4000000,0],"data_offsets":[0,0]}})";
+  std::string file(8, '\0');
+  const uint64_t len = header.size();
+  std::memcpy(file.data(), &len, 8);
+  file += header;
+  FILE* f = std::fopen((dir + "/x.safetensors").c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(file.data(), 1, file.size(), f);
+  std::fclose(f);
+  const std::string data = std::string(NIBBLE_TEST_DATA_DIR) + "/gptq_v1_sym_g128";
+  for (const char* layer : {"model.layers.0.self_attn.q_proj"}) {
+    expect_refused({"run " + kRuntime + " --model " + data + " --layer " + layer + " --input " +
+                        dir + "/x.safetensors:x --output " + dir + "/y.safetensors",
+                    {"x.safetensors", "[4000000, 0]", "expects [M, "}});
+  }
+  EXPECT_FALSE(fs::exists(dir + "/y.safetensors"));
 }
 
 TEST(OptionRange, UnknownFlagsAreEchoedEscaped) {
