@@ -1,11 +1,17 @@
 #include "cli_options.hpp"
 
 #include <nibble/error.hpp>
+#include <nibble/parse_number.hpp>
 
 #include <algorithm>
 #include <cstdlib>
 
 namespace nibble::cli {
+
+namespace {
+// The cap NIBBLE_THREADS and the config file's "threads" apply too: oneTBB fails far above it.
+constexpr int64_t kMaxThreads = 4096;
+}  // namespace
 
 std::vector<std::string> to_args(int argc, char** argv) {
   return std::vector<std::string>(argv + std::min(argc, 1), argv + argc);
@@ -23,9 +29,14 @@ CommonFlags take_common_flags(std::vector<std::string>& args) {
     const std::string& a = args[i];
     auto value = [&](const char* flag) -> std::string {
       std::string prefix = std::string(flag) + "=";
-      if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
-      if (i + 1 >= args.size()) throw Error(std::string(flag) + " needs a value");
-      return args[++i];
+      std::string v;
+      if (a.rfind(prefix, 0) == 0)
+        v = a.substr(prefix.size());
+      else if (i + 1 < args.size())
+        v = args[++i];
+      // An empty value would read as "not given" and silently fall back to the default.
+      if (v.empty()) throw Error(std::string(flag) + " needs a value");
+      return v;
     };
     auto is = [&](const char* flag) {
       return a == flag || a.rfind(std::string(flag) + "=", 0) == 0;
@@ -58,19 +69,9 @@ RuntimeOptions resolve_options(const CommonFlags& f) {
   // Flag directories come before the environment's (both before the default directory).
   o.plugin_dirs.insert(o.plugin_dirs.begin(), f.plugin_dirs.begin(), f.plugin_dirs.end());
   if (!f.backend.empty()) o.backend = f.backend;
-  if (!f.threads.empty()) {
-    try {
-      size_t used = 0;
-      int n = std::stoi(f.threads, &used);
-      if (used != f.threads.size() || n < 0) throw std::invalid_argument("");
-      o.threads = n;
-    } catch (const std::exception&) {
-      throw Error("--threads '" + f.threads + "' is not a whole number >= 0");
-    }
-  }
+  if (!f.threads.empty()) o.threads = int(parse_integer(f.threads, 0, kMaxThreads, "--threads"));
   if (!f.mode.empty()) o.mode = parse_mode(f.mode, "--mode");
   if (f.no_default_plugin_dir) o.use_default_plugin_dir = false;
-  if (f.allow_unsafe_plugin_dirs) o.allow_unsafe_plugin_dirs = true;
   if (f.allow_unsafe_plugin_dirs) o.allow_unsafe_plugin_dirs = true;
   return o;
 }
@@ -79,7 +80,7 @@ const char* common_flags_help() {
   return "Runtime flags (every command):\n"
          "  --plugin-dir DIR       load plugins from DIR (repeatable; also NIBBLE_PLUGIN_PATH)\n"
          "  --backend NAME         auto | a backend name | a fallback list a,b,* (NIBBLE_BACKEND)\n"
-         "  --threads N            threads per layer, 0 = all (NIBBLE_THREADS)\n"
+         "  --threads N            threads per layer, 0..4096, 0 = all (NIBBLE_THREADS)\n"
          "  --mode w4a16|w4a8      numeric mode of quantized layers (NIBBLE_MODE)\n"
          "  --config FILE          JSON runtime config (NIBBLE_CONFIG)\n"
          "  --no-default-plugin-dir  do not search the install's own plugin directory\n"

@@ -1,6 +1,7 @@
 // nibble backends [--json]: every plugin file looked at and its outcome, each backend's version,
 // availability with the probe's reason, and its kernels.
 #include <nibble/registry.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -18,10 +19,13 @@ const char* op_label(int op) {
 
 nlohmann::json to_json(const nibble::Registry& reg) {
   nlohmann::json j;
-  j["searched_dirs"] = reg.searched_dirs();
+  j["searched_dirs"] = nlohmann::json::array();
+  for (const auto& d : reg.searched_dirs())
+    j["searched_dirs"].push_back(nibble::escape_untrusted(d));
   j["files"] = nlohmann::json::array();
   for (const auto& r : reg.reports())
-    j["files"].push_back({{"path", r.path},
+    j["files"].push_back({{"path", nibble::escape_untrusted(r.path)},
+                          {"target", nibble::escape_untrusted(r.target)},
                           {"loaded", r.ok},
                           {"stage", nibble::stage_name(r.stage)},
                           {"message", r.message},
@@ -31,16 +35,16 @@ nlohmann::json to_json(const nibble::Registry& reg) {
     nlohmann::json kb = nlohmann::json::array();
     for (const auto& k : b.kernels)
       kb.push_back(
-          {{"name", k.name},
+          {{"name", nibble::escape_untrusted(k.name)},
            {"op", op_label(k.op)},
            {"priority", k.priority},
            {"mode", nibble::numeric_mode_name(k.mode)},
            {"error_bound", {{"f32", k.bound_f32}, {"f16", k.bound_f16}, {"bf16", k.bound_bf16}}}});
-    j["backends"].push_back({{"name", b.name},
-                             {"version", b.version},
-                             {"vendor", b.vendor},
-                             {"description", b.description},
-                             {"file", b.file},
+    j["backends"].push_back({{"name", nibble::escape_untrusted(b.name)},
+                             {"version", nibble::escape_untrusted(b.version)},
+                             {"vendor", nibble::escape_untrusted(b.vendor)},
+                             {"description", nibble::escape_untrusted(b.description)},
+                             {"file", nibble::escape_untrusted(b.file)},
                              {"abi", fmt::format("{}.{}", b.abi_major, b.abi_minor)},
                              {"available", b.available},
                              {"probe", b.probe_detail},
@@ -51,20 +55,23 @@ nlohmann::json to_json(const nibble::Registry& reg) {
 
 void print_text(const nibble::Registry& reg) {
   fmt::print("Searched for plugins in:\n");
-  for (const auto& d : reg.searched_dirs()) fmt::print("  {}\n", d);
+  for (const auto& d : reg.searched_dirs()) fmt::print("  {}\n", nibble::escape_untrusted(d));
   fmt::print("\nPlugin files:\n");
   if (reg.reports().empty()) fmt::print("  (none found)\n");
   for (const auto& r : reg.reports()) {
+    std::string where = nibble::escape_untrusted(r.path);
+    if (!r.target.empty()) where += " -> " + nibble::escape_untrusted(r.target);
     if (r.ok)
-      fmt::print("  loaded   {}\n", r.path);
+      fmt::print("  loaded   {}\n", where);
     else
-      fmt::print("  FAILED   {}\n           at {}: {}\n", r.path, nibble::stage_name(r.stage),
+      fmt::print("  FAILED   {}\n           at {}: {}\n", where, nibble::stage_name(r.stage),
                  r.message);
   }
   fmt::print("\nBackends:\n");
   if (reg.backends().empty()) fmt::print("  (none)\n");
   for (const auto& b : reg.backends()) {
-    fmt::print("  {} {} ({}), ABI {}.{} — {}\n", b.name, b.version, b.vendor, b.abi_major,
+    fmt::print("  {} {} ({}), ABI {}.{} — {}\n", nibble::escape_untrusted(b.name),
+               nibble::escape_untrusted(b.version), nibble::escape_untrusted(b.vendor), b.abi_major,
                b.abi_minor, b.available ? "available" : "UNAVAILABLE");
     fmt::print("    probe: {}\n", b.probe_detail.empty() ? "-" : b.probe_detail);
     if (b.kernels.empty()) {
@@ -75,8 +82,8 @@ void print_text(const nibble::Registry& reg) {
       fmt::print(
           "    kernel {:<16} {:<7} priority {:<4} mode {:<20} bound f32 {:.0e} f16 {:.0e} bf16 "
           "{:.0e}\n",
-          k.name, op_label(k.op), k.priority, nibble::numeric_mode_name(k.mode), k.bound_f32,
-          k.bound_f16, k.bound_bf16);
+          nibble::escape_untrusted(k.name), op_label(k.op), k.priority,
+          nibble::numeric_mode_name(k.mode), k.bound_f32, k.bound_f16, k.bound_bf16);
   }
 }
 
@@ -99,7 +106,8 @@ int nibble_cmd_backends(int argc, char** argv) {
     if (a == "--json")
       json = true;
     else {
-      std::fprintf(stderr, "nibble backends: unknown option '%s' (see --help)\n", a.c_str());
+      std::fprintf(stderr, "nibble backends: unknown option %s (see --help)\n",
+                   nibble::quoted_untrusted(a).c_str());
       return 2;
     }
   }

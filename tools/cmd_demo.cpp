@@ -6,6 +6,7 @@
 #include <nibble/quantize.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/sdk/numeric.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -265,7 +266,8 @@ int nibble_cmd_demo(int argc, char** argv) {
     else if (args[i] == "--model" && i + 1 < args.size())
       user_model = args[++i];
     else
-      throw nibble::Error("unknown option '" + args[i] + "' (see nibble demo --help)");
+      throw nibble::Error("unknown option " + nibble::quoted_untrusted(args[i]) +
+                          " (see nibble demo --help)");
   }
   nibble::RuntimeOptions base = nibble::cli::resolve_options(flags);
   nibble::Runtime probe_rt(base);

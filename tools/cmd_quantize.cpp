@@ -1,11 +1,13 @@
 // nibble quantize: round-to-nearest quantization of a synthetic model or of an f16/bf16/f32
 // checkpoint into GPTQ v1, GPTQ v2 or AWQ GEMM, written in the Hugging Face layout.
 #include <nibble/error.hpp>
+#include <nibble/parse_number.hpp>
 #include <nibble/quantize.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/format.h>
 
-#include <charconv>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,8 +33,10 @@ const char* kQuantizeHelp =
     "  --group-size G         group size along K, or -1 for one group (default 128)\n"
     "  --sym | --asym         symmetric zero points (GPTQ default) or not (AWQ: always --asym)\n"
     "  --act-order            form groups along a random permutation of K (GPTQ only)\n"
-    "  --layers KxN,KxN       synthetic linear layers model.layers.{i}.linear (K in, N out)\n"
-    "  --moe E:K:I:TOPK       synthetic MoE block: E experts, hidden K, intermediate I, top-k\n"
+    "  --layers KxN,KxN       synthetic linear layers model.layers.{i}.linear (K in, N out;\n"
+    "                         each 1..1048576, K x N at most 2^28)\n"
+    "  --moe E:K:I:TOPK       synthetic MoE block: E experts (1..1024), hidden K, intermediate\n"
+    "                         I, top-k (1..E); E x 3 x I x K at most 2^28\n"
     "  --bias                 synthetic linear layers get a bias\n"
     "  --seed S               random seed (default 0)\n"
     "  --skip A,B             with --in: leave modules whose name contains A or B dense\n"
@@ -42,13 +46,37 @@ const char* kQuantizeHelp =
     "64 \\\n"
     "           --asym --act-order --layers 512x384,384x512 --moe 8:256:384:2 --seed 1\n";
 
-int64_t parse_int(const std::string& text, const std::string& what) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    throw nibble::Error(fmt::format("{}: \"{}\" is not an integer", what, text));
-  }
-  return v;
+// Limits on synthetic shapes: each dimension, and the elements of one weight matrix (its float
+// copy is made in memory: 2^28 elements are 1 GiB).
+constexpr int64_t kMaxDim = int64_t(1) << 20;
+constexpr int64_t kMaxElements = int64_t(1) << 28;
+constexpr int64_t kMaxExperts = 1024;
+
+int64_t dimension(const std::string& text, const std::string& what) {
+  return nibble::parse_integer(text, 1, kMaxDim, what);
+}
+
+void check_elements(int64_t a, int64_t b, const std::string& what) {
+  if (a * b > kMaxElements)  // both <= 2^20: the product fits
+    throw nibble::Error(
+        fmt::format("{}: {} x {} = {} elements is more than the {} a synthetic "
+                    "weight may have",
+                    what, a, b, a * b, kMaxElements));
+}
+
+int parse_bits(const std::string& text) {
+  const int64_t bits = nibble::parse_integer(text, 4, 8, "--bits");
+  if (bits != 4 && bits != 8)
+    throw nibble::Error("--bits: " + nibble::quoted_untrusted(text) + " is not 4 or 8");
+  return int(bits);
+}
+
+int parse_group_size(const std::string& text) {
+  const int64_t g = nibble::parse_integer(text, -1, kMaxDim, "--group-size");
+  if (g == 0)
+    throw nibble::Error("--group-size: '0' is not -1 (one group) or a whole number in [1, " +
+                        std::to_string(kMaxDim) + "]");
+  return int(g);
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -98,9 +126,9 @@ int nibble_cmd_quantize(int argc, char** argv) {
     } else if (a == "--format") {
       format = value();
     } else if (a == "--bits") {
-      options.bits = int(parse_int(value(), "--bits"));
+      options.bits = parse_bits(value());
     } else if (a == "--group-size") {
-      options.group_size = int(parse_int(value(), "--group-size"));
+      options.group_size = parse_group_size(value());
     } else if (a == "--sym") {
       sym = true;
     } else if (a == "--asym") {
@@ -110,26 +138,32 @@ int nibble_cmd_quantize(int argc, char** argv) {
     } else if (a == "--bias") {
       bias = true;
     } else if (a == "--seed") {
-      spec.seed = uint64_t(parse_int(value(), "--seed"));
+      spec.seed = uint64_t(nibble::parse_integer(value(), 0, INT64_MAX, "--seed"));
     } else if (a == "--shard-bytes") {
-      shard_bytes = uint64_t(parse_int(value(), "--shard-bytes"));
+      // 0 writes one file, as without the flag.
+      shard_bytes = uint64_t(nibble::parse_integer(value(), 0, int64_t(1) << 50, "--shard-bytes"));
     } else if (a == "--skip") {
       skip = split(value(), ',');
     } else if (a == "--layers") {
       for (const auto& item : split(value(), ',')) {
         auto kn = split(item, 'x');
         if (kn.size() != 2)
-          return usage_error(fmt::format("--layers item \"{}\" is not KxN", item));
-        spec.layers.emplace_back(parse_int(kn[0], "--layers K"), parse_int(kn[1], "--layers N"));
+          return usage_error(
+              fmt::format("--layers item {} is not KxN", nibble::quoted_untrusted(item)));
+        const int64_t K = dimension(kn[0], "--layers K"), N = dimension(kn[1], "--layers N");
+        check_elements(K, N, "--layers " + nibble::quoted_untrusted(item));
+        spec.layers.emplace_back(K, N);
       }
     } else if (a == "--moe") {
       auto parts = split(value(), ':');
       if (parts.size() != 4) return usage_error("--moe expects E:K:I:TOPK");
-      spec.moe = nibble::SyntheticMoe{
-          int(parse_int(parts[0], "--moe E")), parse_int(parts[1], "--moe K"),
-          parse_int(parts[2], "--moe I"), int(parse_int(parts[3], "--moe TOPK"))};
+      const int64_t E = nibble::parse_integer(parts[0], 1, kMaxExperts, "--moe E");
+      const int64_t K = dimension(parts[1], "--moe K"), I = dimension(parts[2], "--moe I");
+      const int64_t top_k = nibble::parse_integer(parts[3], 1, E, "--moe TOPK");
+      check_elements(E, 3 * I * K, "--moe: E x (3 x I x K), the weights of all experts,");
+      spec.moe = nibble::SyntheticMoe{int(E), K, I, int(top_k)};
     } else {
-      return usage_error(fmt::format("unknown option {}", a));
+      return usage_error(fmt::format("unknown option {}", nibble::quoted_untrusted(a)));
     }
   }
   if (synthetic == !in.empty()) return usage_error("give exactly one of --synthetic and --in DIR");
@@ -142,7 +176,8 @@ int nibble_cmd_quantize(int argc, char** argv) {
   } else if (format == "awq" || format == "awq_gemm") {
     kind = nibble::SchemeKind::AwqGemm;
   } else {
-    return usage_error(fmt::format("--format {} is not one of gptq, gptq_v2, awq", format));
+    return usage_error(fmt::format("--format {} is not one of gptq, gptq_v2, awq",
+                                   nibble::quoted_untrusted(format)));
   }
   options.sym = sym.value_or(kind != nibble::SchemeKind::AwqGemm);
   options.act_order = act_order;

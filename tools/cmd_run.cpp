@@ -1,8 +1,10 @@
 // nibble run: one linear layer or one MoE block (router included) of a checkpoint, on an input
 // tensor from a safetensors file; the result is written as tensor "y" in the input's dtype.
 #include <nibble/error.hpp>
+#include <nibble/parse_number.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/safetensors.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
 
@@ -22,6 +24,8 @@ const char* kHelp =
     "the input tensor [M, K] (f32, bf16 or f16) and writes the result as tensor \"y\" in the\n"
     "input's dtype. --explain prints which backend and kernel ran each part and why the others\n"
     "could not.\n\n";
+
+constexpr int64_t kMaxTopK = 65536;
 
 struct RunArgs {
   std::string model, layer, input, output;
@@ -47,13 +51,8 @@ RunArgs parse(std::vector<std::string>& args) {
     else if (a == "--output")
       r.output = value();
     else if (a == "--top-k") {
-      std::string v = value();
-      try {
-        r.top_k = std::stoi(v);
-      } catch (const std::exception&) {
-        r.top_k = -1;
-      }
-      if (r.top_k <= 0) throw nibble::Error("--top-k '" + v + "' is not a positive whole number");
+      // At most the number of experts, which the MoE block checks once it is known.
+      r.top_k = int(nibble::parse_integer(value(), 1, kMaxTopK, "--top-k"));
     } else if (a == "--no-renormalize")
       r.renormalize = false;
     else if (a == "--renormalize")
@@ -61,7 +60,8 @@ RunArgs parse(std::vector<std::string>& args) {
     else if (a == "--explain")
       r.explain = true;
     else
-      throw nibble::Error("unknown option '" + a + "' (see nibble run --help)");
+      throw nibble::Error("unknown option " + nibble::quoted_untrusted(a) +
+                          " (see nibble run --help)");
   }
   for (auto [flag, v] : {std::pair{"--model", &r.model},
                          {"--layer", &r.layer},
@@ -91,7 +91,8 @@ int nibble_cmd_run(int argc, char** argv) {
   RunArgs r = parse(args);
   size_t colon = r.input.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == r.input.size())
-    throw nibble::Error("--input '" + r.input + "' must be FILE.safetensors:TENSOR");
+    throw nibble::Error("--input " + nibble::quoted_untrusted(r.input) +
+                        " must be FILE.safetensors:TENSOR");
   std::string in_file = r.input.substr(0, colon), in_tensor = r.input.substr(colon + 1);
 
   nibble::Runtime rt(nibble::cli::resolve_options(flags));
@@ -99,16 +100,18 @@ int nibble_cmd_run(int argc, char** argv) {
   auto input = nibble::SafetensorsFile::open(in_file);
   const nibble::TensorView& xv = input->tensor(in_tensor);
   if (xv.shape.size() != 2)
-    throw nibble::Error(in_file + ": tensor " + in_tensor + " is " + xv.shape_string() +
+    throw nibble::Error(nibble::escape_untrusted(in_file) + ": tensor " +
+                        nibble::quoted_untrusted(in_tensor) + " is " + xv.shape_string() +
                         "; expected 2-D [M, K]");
   if (xv.dtype != nibble::DType::F32 && xv.dtype != nibble::DType::BF16 &&
       xv.dtype != nibble::DType::F16)
-    throw nibble::Error(in_file + ": tensor " + in_tensor + " is " +
+    throw nibble::Error(nibble::escape_untrusted(in_file) + ": tensor " +
+                        nibble::quoted_untrusted(in_tensor) + " is " +
                         std::string(nibble::dtype_name(xv.dtype)) + "; expected F32, BF16 or F16");
   // Mapped data may be unaligned: copy it into an aligned buffer.
   const int64_t M = xv.shape[0], K = xv.shape[1];
   std::vector<uint64_t> xbuf((xv.nbytes + 7) / 8);
-  std::memcpy(xbuf.data(), xv.data, xv.nbytes);
+  if (xv.nbytes > 0) std::memcpy(xbuf.data(), xv.data, xv.nbytes);
   int64_t xshape[2] = {M, K};
   DLTensor x{xbuf.data(), {kDLCPU, 0}, 2, nibble::to_dlpack(xv.dtype), xshape, nullptr, 0};
 
@@ -119,7 +122,14 @@ int nibble_cmd_run(int argc, char** argv) {
   std::vector<uint64_t> ybuf;
   int64_t yshape[2] = {M, 0};
   DLTensor y{nullptr, {kDLCPU, 0}, 2, x.dtype, yshape, nullptr, 0};
-  auto alloc_y = [&](int64_t cols) {
+  // The input's K is checked before the output is allocated: a shape such as [4000000, 0] holds
+  // no bytes but would ask for M × N of output.
+  auto alloc_y = [&](int64_t k, int64_t cols) {
+    if (K != k)
+      throw nibble::Error(nibble::escape_untrusted(in_file) + ": tensor " +
+                          nibble::quoted_untrusted(in_tensor) + " is " + xv.shape_string() +
+                          "; layer " + nibble::quoted_untrusted(r.layer) + " expects [M, " +
+                          std::to_string(k) + "]");
     out_cols = cols;
     yshape[1] = cols;
     ybuf.assign((size_t(M * cols) * nibble::dtype_size(xv.dtype) + 7) / 8, 0);
@@ -131,14 +141,15 @@ int nibble_cmd_run(int argc, char** argv) {
     mo.top_k = r.top_k;
     mo.renormalize = r.renormalize;
     auto moe = rt.moe(ckpt, r.layer, mo);
-    alloc_y(moe.hidden());
+    alloc_y(moe.hidden(), moe.hidden());
     moe.forward(x, y);
     placements = moe.placements();
   } else {
     if (r.top_k || r.renormalize)
-      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " + r.layer + " is not one");
+      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " +
+                          nibble::quoted_untrusted(r.layer) + " is not one");
     auto lin = rt.linear(ckpt, r.layer);
-    alloc_y(lin.out_features());
+    alloc_y(lin.in_features(), lin.out_features());
     lin.forward(x, y);
     placements = {lin.placement()};
   }

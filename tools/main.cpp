@@ -1,5 +1,6 @@
 // nibble: list backends, inspect and quantize checkpoints, run layers, benchmark, check plugins.
 #include <nibble/error.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <cstdio>
 #include <cstring>
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::fprintf(stderr, "nibble: unknown command '%s'\n\n", argv[1]);
+  std::fprintf(stderr, "nibble: unknown command %s\n\n", nibble::quoted_untrusted(argv[1]).c_str());
   usage(stderr);
   return 2;
 }

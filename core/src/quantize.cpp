@@ -1,7 +1,9 @@
 // Round-to-nearest quantization and the checkpoint writer.
 #include <nibble/error.hpp>
+#include <nibble/output_file.hpp>
 #include <nibble/quantize.hpp>
 #include <nibble/sdk/numeric.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/format.h>
 
@@ -142,7 +144,10 @@ void write_checkpoint(const std::filesystem::path& out, const QuantizedModel& mo
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(out, ec);
-  if (ec) throw Error(fmt::format("cannot create {}: {}", out.string(), ec.message()));
+  if (ec || !fs::is_directory(out))
+    throw Error(fmt::format("cannot create the output folder {}: {}",
+                            escape_untrusted(out.string()),
+                            ec ? ec.message() : "something that is not a folder is there"));
   const Scheme& scheme = get_scheme(format);
   std::map<std::string, OwnedTensor> tensors;
   for (const auto& [prefix, w] : model.quantized) {
@@ -194,15 +199,13 @@ void write_checkpoint(const std::filesystem::path& out, const QuantizedModel& mo
       }
       write_safetensors(out / file, list, metadata);
     }
-    std::ofstream(out / "model.safetensors.index.json") << index.dump(2) << "\n";
+    write_output_file(out / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   nlohmann::ordered_json config = model.config;
   QuantConfig qc = make_quant_config(format, options);
   qc.modules_to_not_convert = model.modules_to_not_convert;
   config["quantization_config"] = qc.to_json();
-  std::ofstream cfg(out / "config.json");
-  cfg << config.dump(2) << "\n";
-  if (!cfg) throw Error(fmt::format("cannot write {}", (out / "config.json").string()));
+  write_output_file(out / "config.json", config.dump(2) + "\n");
 }
 
 }  // namespace nibble

@@ -1,5 +1,6 @@
 // Sharded tensor stores (model.safetensors.index.json), owned tensors and the safetensors writer.
 #include <nibble/error.hpp>
+#include <nibble/output_file.hpp>
 #include <nibble/safetensors.hpp>
 
 #include <fmt/format.h>
@@ -158,25 +159,12 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   std::string text = header.dump();
   // Pad with spaces so the data section starts 8-byte aligned (allowed by the format).
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(fmt::format("cannot create {}", tmp.string()));
-    uint64_t len = text.size();
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out.write(text.data(), std::streamsize(text.size()));
-    for (const auto& t : tensors) {
-      out.write(reinterpret_cast<const char*>(t.data.data()), std::streamsize(t.data.size()));
-    }
-    out.flush();
-    if (!out) throw Error(fmt::format("writing {} failed", tmp.string()));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    throw Error(
-        fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+  OutputFile out(path);
+  uint64_t len = text.size();
+  out.write(std::span<const std::byte>(reinterpret_cast<const std::byte*>(&len), 8));
+  out.write(text);
+  for (const auto& t : tensors) out.write(t.data);
+  out.commit();
 }
 
 void write_safetensors(const std::filesystem::path& path,

@@ -23,7 +23,8 @@ struct RowKernels {
   float (*sum_bf16)(const uint16_t* v, int64_t n);
   /// Quantize n floats (n a multiple of 16): amax = max(max|x|, 1e-7), sa = amax / 127,
   /// q = clamp(round-half-even(x · (127 / amax)), ±127); q stored in the A8 slot positions
-  /// (a8_position within each 8 slots). Returns sa.
+  /// (a8_position within each 8 slots). Returns sa, or a quiet NaN when any x is NaN (so the NaN
+  /// reaches the row's outputs; an infinite x already makes sa infinite).
   float (*quantize)(const float* in, int64_t n, int8_t* out);
 };
 

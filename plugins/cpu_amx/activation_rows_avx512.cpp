@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 
 namespace nibble::cpu_amx {
 namespace {
@@ -72,8 +73,12 @@ float sum_bf16(const uint16_t* v, int64_t n) {
 float quantize(const float* in, int64_t n, int8_t* out) {
   // max(|x|, amax) in the operand order of std::max(amax, |x|): a NaN leaves amax as it is.
   __m512 amax = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16)
-    amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(in + i)), amax);
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(in + i);
+    amax = _mm512_max_ps(_mm512_abs_ps(v), amax);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
   alignas(64) float lane[16];
   _mm512_store_ps(lane, amax);
   float a = 1e-7f;
@@ -91,7 +96,7 @@ float quantize(const float* in, int64_t n, int8_t* out) {
     const __m128i q = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_shuffle_epi8(q, order));
   }
-  return sa;
+  return nan ? std::numeric_limits<float>::quiet_NaN() : sa;
 }
 
 }  // namespace

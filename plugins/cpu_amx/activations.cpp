@@ -2,7 +2,9 @@
 // (activation_rows_avx512.cpp has the vector ones, with the same bits). The int8 quantization here
 // is the one definition every W4A8 path uses, so all of them see the same integers: amax in fp32
 // (at least 1e-7), sa = amax / 127, inv = 127 / amax, q = round-half-to-even(x · inv), each
-// product rounded to fp32 on its own.
+// product rounded to fp32 on its own. A row holding a NaN gets sa = NaN (the max alone would skip
+// it) and a row holding an infinity gets sa = inf, so the row's outputs are NaN or infinite, as
+// they would be in floating point, and the other rows are untouched.
 #include "activations.hpp"
 
 #include "activation_rows.hpp"
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace nibble::cpu_amx {
 namespace {
@@ -41,7 +44,11 @@ float sum_bf16_portable(const uint16_t* v, int64_t n) {
 
 float quantize_portable(const float* in, int64_t n, int8_t* out) {
   float amax = 0.f;
-  for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(in[k]));
+  bool has_nan = false;
+  for (int64_t k = 0; k < n; ++k) {
+    amax = std::max(amax, std::fabs(in[k]));
+    has_nan |= std::isnan(in[k]);
+  }
   amax = std::max(amax, 1e-7f);
   const float sa = amax / 127.f;
   const float inv = 127.f / amax;
@@ -50,7 +57,7 @@ float quantize_portable(const float* in, int64_t n, int8_t* out) {
     r = std::min(127.f, std::max(-127.f, r));
     out[(k & ~int64_t(7)) + a8_position(int(k & 7))] = int8_t(r);
   }
-  return sa;
+  return has_nan ? std::numeric_limits<float>::quiet_NaN() : sa;
 }
 
 // Row m of x in the weight's slot order as fp32 (`slots`, Kp values, zero in padding slots);

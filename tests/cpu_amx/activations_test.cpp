@@ -78,6 +78,14 @@ TEST(CpuAmxActivationRows, PortableKernelsFollowTheirDefinitions) {
   std::vector<float> zeros(32, 0.f);
   EXPECT_EQ(rk.quantize(zeros.data(), 32, q.data()), 1e-7f / 127.f);
   for (int k = 0; k < 32; ++k) EXPECT_EQ(q[size_t(k)], 0);
+  // A NaN anywhere makes the scale NaN (the max alone would skip it); an infinity makes it inf.
+  for (int at : {0, 17, 31}) {
+    std::vector<float> row = awkward_floats(32, uint32_t(at), false);
+    row[size_t(at)] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_TRUE(std::isnan(rk.quantize(row.data(), 32, q.data()))) << at;
+    row[size_t(at)] = -std::numeric_limits<float>::infinity();
+    EXPECT_EQ(rk.quantize(row.data(), 32, q.data()), std::numeric_limits<float>::infinity()) << at;
+  }
 }
 
 TEST(CpuAmxActivationRows, Avx512KernelsGiveThePortableBits) {

@@ -17,7 +17,8 @@ namespace nibble {
 struct LoadReport {
   /// How far loading got: a file fails at the first stage that goes wrong.
   enum class Stage { Scan, Preflight, Load, Entry, Version, Validate, Probe, Loaded };
-  std::string path;  ///< the file (canonical path when it exists)
+  std::string path;    ///< the file in the searched folder (a symlink's own path)
+  std::string target;  ///< the canonical file a symlink leads to; "" when path is no symlink
   Stage stage = Stage::Scan;
   bool ok = false;      ///< loaded and registered
   std::string message;  ///< why it failed or was skipped ("" when ok)

@@ -139,8 +139,10 @@ struct TensorToWrite {
   std::span<const std::byte> data;
 };
 
-/// Write a safetensors file (tensors in the given order, header padded to 8 bytes); throws
-/// nibble::Error on an I/O failure, a duplicate name or a size that contradicts dtype × shape.
+/// Write a safetensors file (tensors in the given order, header padded to 8 bytes) atomically
+/// through an OutputFile (output_file.hpp: a FIFO, device, directory or link at `path` is
+/// refused); throws nibble::Error on an I/O failure, a duplicate name or a size that contradicts
+/// dtype × shape.
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -1,9 +1,8 @@
 // Finding and loading plugin files with Boost.DLL. Only named directories and the install's own
 // plugin directory are searched; a file is checked for the entry symbol before any of its code
-// runs; every file gets a LoadReport; one bad file never stops the others.
-#include <vector>  // Boost 1.74's library_info headers use std::vector without including it.
-
-#include <boost/dll/library_info.hpp>
+// runs (by nibble's own bounds-checked ELF reader: Boost's crashes on crafted files); a symlink is
+// resolved first and the policy applies to the file it reaches; every file gets a LoadReport; one
+// bad file never stops the others.
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
@@ -11,8 +10,10 @@
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/registry.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -23,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../file_kind.hpp"
 #include "host_table.hpp"
 
 namespace fs = std::filesystem;
@@ -83,27 +85,13 @@ const std::regex& plugin_file_pattern() {
 }
 
 bool exports_entry(const std::string& path, std::string* why) {
-  bool found = false;
-  try {
-    boost::dll::library_info info(fs::path(path), /*throw_if_not_native=*/true);
-    auto symbols = info.symbols();
-    found = std::find(symbols.begin(), symbols.end(), NIBBLE_PLUGIN_ENTRY_SYMBOL) != symbols.end();
-  } catch (const std::exception& e) {
-    *why = std::string("not a shared library for this platform (") + e.what() + ")";
+  ElfExports e = read_elf_exports(path, NIBBLE_PLUGIN_ENTRY_SYMBOL);
+  if (!e.problem.empty()) {
+    *why = "not a shared library for this platform: " + e.problem;
     return false;
   }
-  if (!found) {
-    // Stripped libraries have no .symtab for library_info to read; .dynsym is authoritative.
-    auto exports = elf_dynamic_exports(path);
-    if (!exports) {
-      *why = "not a well-formed ELF64 shared library";
-      return false;
-    }
-    found =
-        std::find(exports->begin(), exports->end(), NIBBLE_PLUGIN_ENTRY_SYMBOL) != exports->end();
-  }
-  if (!found) *why = "not a nibble plugin: it does not export " NIBBLE_PLUGIN_ENTRY_SYMBOL;
-  return found;
+  if (!e.has_symbol) *why = "not a nibble plugin: it does not export " NIBBLE_PLUGIN_ENTRY_SYMBOL;
+  return e.has_symbol;
 }
 
 void shutdown_all_locked(Process& p) {
@@ -139,8 +127,16 @@ LoadedLibrary* load_library(const std::string& path, LoadReport& report) {
     return nullptr;
   }
   report.stage = LoadReport::Stage::Entry;
-  auto& entry = lib->library.get<nibble_status(const nibble_host*, nibble_plugin*, nibble_error*)>(
-      NIBBLE_PLUGIN_ENTRY_SYMBOL);
+  using Entry = nibble_status(const nibble_host*, nibble_plugin*, nibble_error*);
+  Entry* entry = nullptr;
+  try {
+    entry = &lib->library.get<Entry>(NIBBLE_PLUGIN_ENTRY_SYMBOL);
+  } catch (const std::exception& e) {
+    // The section headers named the symbol but the dynamic loader does not resolve it.
+    report.message =
+        std::string("the loaded library has no " NIBBLE_PLUGIN_ENTRY_SYMBOL ": ") + e.what();
+    return nullptr;
+  }
   lib->plugin.struct_size = sizeof(nibble_plugin);
   lib->plugin.abi_major = NIBBLE_ABI_MAJOR;
   lib->plugin.abi_minor = NIBBLE_ABI_MINOR;
@@ -148,7 +144,8 @@ LoadedLibrary* load_library(const std::string& path, LoadReport& report) {
   err.struct_size = sizeof err;
   try {
     lib->entry_status = entry(detail::host_table(), &lib->plugin, &err);
-    lib->entry_message = err.message;
+    err.message[sizeof err.message - 1] = '\0';
+    lib->entry_message = escape_untrusted(err.message, 1024);
   } catch (...) {
     lib->entry_status = NIBBLE_INTERNAL;
     lib->entry_message = "the entry point threw a C++ exception across the C ABI";
@@ -172,7 +169,7 @@ std::string validate_plugin(const nibble_plugin& d, const std::string& stem) {
            "1.0's " + std::to_string(kPluginMinSize);
   if (!d.name || !*d.name) return "the plugin has no name";
   if (stem != d.name)
-    return "the plugin calls itself '" + std::string(d.name) + "' but its file is libnibble_" +
+    return "the plugin calls itself " + quoted_untrusted(d.name) + " but its file is libnibble_" +
            stem + ".so (the name must match the file)";
   if (!d.probe) return "required function 'probe' is NULL";
   if (!d.shutdown) return "required function 'shutdown' is NULL";
@@ -187,7 +184,7 @@ std::string validate_plugin(const nibble_plugin& d, const std::string& stem) {
       return at + ": descriptor of " + std::to_string(k->struct_size) + " bytes is smaller than " +
              "ABI 1.0's " + std::to_string(kKernelMinSize);
     if (!k->name || !*k->name) return at + " has no name";
-    at = "kernel '" + std::string(k->name) + "'";
+    at = "kernel " + quoted_untrusted(k->name);
     if (!names.insert(k->name).second) return at + " is declared twice";
     if (k->op != NIBBLE_OP_LINEAR && k->op != NIBBLE_OP_DENSE && k->op != NIBBLE_OP_MOE)
       return at + ": unknown op " + std::to_string(k->op);
@@ -222,10 +219,58 @@ std::string unsafe_because(const std::string& path, const char* what) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return "";
   if (st.st_mode & S_IWOTH)
-    return std::string(what) + " " + path + " is world-writable: anyone could plant a plugin there";
+    return std::string(what) + " " + escape_untrusted(path) +
+           " is world-writable: anyone could plant a plugin there";
   if (st.st_uid != 0 && st.st_uid != ::geteuid())
-    return std::string(what) + " " + path + " is owned by uid " + std::to_string(st.st_uid) +
-           ", neither this user (uid " + std::to_string(::geteuid()) + ") nor root";
+    return std::string(what) + " " + escape_untrusted(path) + " is owned by uid " +
+           std::to_string(st.st_uid) + ", neither this user (uid " + std::to_string(::geteuid()) +
+           ") nor root";
+  return "";
+}
+
+// A file of a plugin folder whose name matches libnibble_<stem>.so.
+struct Candidate {
+  std::string path;    // in the searched folder
+  std::string target;  // the canonical file a symlink leads to ("" when path is not a link)
+  std::string stem;
+  bool is_link() const { return !target.empty(); }
+  // The file that is read and loaded.
+  const std::string& library() const { return is_link() ? target : path; }
+  // Both names for a link, for messages.
+  std::string where() const {
+    return is_link() ? escape_untrusted(path) + " -> " + escape_untrusted(target)
+                     : escape_untrusted(path);
+  }
+};
+
+// Resolve a symlink and check that what the name reaches is a regular file; "" when it is.
+std::string resolve_candidate(Candidate& c) {
+  struct stat st;
+  if (::lstat(c.path.c_str(), &st) != 0)
+    return std::string("cannot be examined: ") + std::strerror(errno);
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    fs::path target = fs::canonical(c.path, ec);
+    if (ec) return "is a symbolic link that cannot be resolved: " + ec.message();
+    c.target = target.string();
+    if (::stat(c.target.c_str(), &st) != 0)
+      return "is a symbolic link to " + escape_untrusted(c.target) +
+             ", which cannot be examined: " + std::strerror(errno);
+    if (!S_ISREG(st.st_mode))
+      return "is a symbolic link to " + escape_untrusted(c.target) + ", which is " +
+             detail::file_kind(st.st_mode) + ", not a regular file";
+    // A link to another plugin's file would load that plugin under a name it does not have; it
+    // loads under its own name from its own file instead.
+    std::smatch m;
+    const std::string target_name = target.filename().string();
+    if (std::regex_match(target_name, m, plugin_file_pattern()) && m[1].str() != c.stem)
+      return "skipped: libnibble_" + c.stem + ".so is a symbolic link to " +
+             escape_untrusted(c.target) + ", the file of plugin '" + m[1].str() +
+             "', which loads only under its own name";
+    return "";
+  }
+  if (!S_ISREG(st.st_mode))
+    return std::string("is ") + detail::file_kind(st.st_mode) + ", not a regular file";
   return "";
 }
 
@@ -253,7 +298,7 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
   detail::set_thread_budget(options.threads);
 
   std::set<std::string> seen_dirs, seen_files;
-  std::vector<std::pair<std::string, std::string>> files;  // (path, stem)
+  std::vector<Candidate> files;
   for (const std::string& dir : dirs) {
     std::error_code ec;
     fs::path canonical = fs::weakly_canonical(fs::absolute(dir, ec), ec);
@@ -286,25 +331,40 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
       std::smatch m;
       std::string name = entry.filename().string();
       if (!std::regex_match(name, m, plugin_file_pattern())) continue;
-      std::error_code e2;
-      if (!fs::is_regular_file(entry, e2)) continue;
-      std::string path = fs::canonical(entry, e2).string();
-      if (e2 || !seen_files.insert(path).second) continue;
-      files.emplace_back(path, m[1].str());
+      Candidate c;
+      c.path = entry.string();
+      c.stem = m[1].str();
+      std::string problem = resolve_candidate(c);
+      if (!problem.empty()) {
+        LoadReport r;
+        r.path = c.path;
+        r.target = c.target;
+        r.backend = c.stem;
+        r.message = problem;
+        reg->reports_.push_back(r);
+        continue;
+      }
+      // One library may be reached under several names (a link beside its target); each name is
+      // checked on its own, the library is loaded once.
+      if (!seen_files.insert(c.library() + '\n' + c.stem).second) continue;
+      files.push_back(std::move(c));
     }
   }
 
   Process& proc = process();
   std::lock_guard<std::mutex> lock(proc.mutex);
-  for (auto& [path, stem] : files) {
+  for (const Candidate& c : files) {
+    const std::string& path = c.library();
+    const std::string& stem = c.stem;
     LoadReport r;
-    r.path = path;
+    r.path = c.path;
+    r.target = c.target;
     r.backend = stem;
     auto fail = [&](LoadReport::Stage stage, const std::string& why) {
       r.stage = stage;
       r.message = why;
       reg->reports_.push_back(r);
-      log(LogLevel::Debug, "core", path + ": " + stage_name(stage) + ": " + why);
+      log(LogLevel::Debug, "core", c.where() + ": " + stage_name(stage) + ": " + why);
     };
     if (!options.allowed_plugins.empty() &&
         std::find(options.allowed_plugins.begin(), options.allowed_plugins.end(), stem) ==
@@ -314,7 +374,11 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
     }
     std::string why;
     if (!options.allow_unsafe_plugin_dirs) {
+      // The policy applies to the file that would be loaded and to the folder holding it, which
+      // for a link is not the folder that was searched.
       why = unsafe_because(path, "plugin file");
+      if (why.empty() && c.is_link())
+        why = unsafe_because(fs::path(path).parent_path().string(), "plugin directory");
       if (!why.empty()) {
         fail(LoadReport::Stage::Scan, "refused: " + why + kUnsafeHint);
         continue;
@@ -341,20 +405,21 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
         d.struct_size > offsetof(nibble_plugin, name) && d.name ? d.name : stem;
     if (d.abi_major != NIBBLE_ABI_MAJOR) {
       fail(LoadReport::Stage::Version,
-           "plugin '" + plugin_name + "' was built for nibble ABI " +
+           "plugin " + quoted_untrusted(plugin_name) + " was built for nibble ABI " +
                abi_string(d.abi_major, d.abi_minor) + ", this host implements " +
                abi_string(NIBBLE_ABI_MAJOR, NIBBLE_ABI_MINOR) + " (majors must match)");
       continue;
     }
     why = validate_plugin(d, stem);
+    if (!why.empty() && c.is_link()) why += " (" + c.where() + ")";
     if (!why.empty()) {
       fail(LoadReport::Stage::Validate, why);
       continue;
     }
     if (const BackendInfo* other = reg->find(d.name)) {
-      fail(LoadReport::Stage::Validate, "backend '" + std::string(d.name) +
-                                            "' is already provided by " + other->file +
-                                            "; this copy is ignored");
+      fail(LoadReport::Stage::Validate,
+           "backend " + quoted_untrusted(d.name) + " is already provided by " +
+               escape_untrusted(other->file) + "; this copy is ignored");
       continue;
     }
     BackendInfo b;
@@ -362,7 +427,7 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
     b.version = d.version ? d.version : "";
     b.vendor = d.vendor ? d.vendor : "";
     b.description = d.description ? d.description : "";
-    b.file = path;
+    b.file = path;  // the library itself, also when it was reached through a link
     b.abi_major = d.abi_major;
     b.abi_minor = d.abi_minor;
     b.plugin = &d;
@@ -378,7 +443,7 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
     probe.detail[sizeof probe.detail - 1] = '\0';
     b.available = ps == NIBBLE_OK && probe.available != 0;
     b.probe_reasons = probe.reasons;
-    b.probe_detail = probe.detail;
+    b.probe_detail = escape_untrusted(probe.detail);
     if (ps != NIBBLE_OK && b.probe_detail.empty())
       b.probe_detail = "probe failed with status " + std::to_string(ps);
     for (uint32_t i = 0; i < d.kernel_count; ++i)
@@ -388,7 +453,7 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
     r.backend = b.name;
     reg->reports_.push_back(r);
     reg->backends_.push_back(std::move(b));
-    log(LogLevel::Debug, "core", path + ": loaded backend " + std::string(d.name));
+    log(LogLevel::Debug, "core", c.where() + ": loaded backend " + std::string(d.name));
   }
   return reg;
 }

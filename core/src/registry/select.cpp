@@ -4,6 +4,7 @@
 #include <nibble/error.hpp>
 #include <nibble/options.hpp>
 #include <nibble/registry.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <algorithm>
 
@@ -85,10 +86,12 @@ std::string Registry::failure_summary() const {
     if (!b.available) s += "\n  backend " + b.name + " is unavailable: " + b.probe_detail;
   for (const LoadReport& r : reports_)
     if (!r.ok)
-      s += "\n  plugin file " + r.path + " failed at " + stage_name(r.stage) + ": " + r.message;
+      s += "\n  plugin file " + escape_untrusted(r.path) +
+           (r.target.empty() ? "" : " -> " + escape_untrusted(r.target)) + " failed at " +
+           stage_name(r.stage) + ": " + r.message;
   if (backends_.empty()) {
     s += "\n  no backend is loaded; searched:";
-    for (const auto& d : dirs_) s += " " + d;
+    for (const auto& d : dirs_) s += " " + escape_untrusted(d);
   }
   return s;
 }
@@ -121,7 +124,9 @@ std::vector<std::string> Registry::explain(const nibble_layer_desc& desc) const 
 Selection Registry::select(const nibble_layer_desc& desc, const std::string& backend) const {
   const std::string layer = desc.name ? desc.name : "(unnamed layer)";
   std::vector<std::string> names = split_list(backend.empty() ? "auto" : backend, ',');
-  if (names.empty()) names = {"auto"};
+  if (names.empty())
+    throw Error("backend " + quoted_untrusted(backend) +
+                " names no backend; expected auto, a backend name or a list such as cpu_amx,*");
   const bool strict = names.size() == 1 && names[0] != "auto" && names[0] != "*";
 
   Selection sel;

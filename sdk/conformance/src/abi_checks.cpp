@@ -33,11 +33,12 @@ void fail(CheckResult& r, const std::string& why) {
 }
 
 void check_exports(const SuiteContext& ctx, CheckResult& r) {
-  auto names = nibble::elf_dynamic_exports(ctx.options.plugin_path);
-  if (!names) return fail(r, "not a well-formed ELF64 shared object");
+  const nibble::ElfExports e =
+      nibble::read_elf_exports(ctx.options.plugin_path, NIBBLE_PLUGIN_ENTRY_SYMBOL);
+  if (!e.problem.empty()) return fail(r, "not a well-formed ELF64 shared object: " + e.problem);
   std::vector<std::string> extra;
   bool has_entry = false;
-  for (const std::string& n : *names) {
+  for (const std::string& n : e.dynamic_names) {
     if (n == NIBBLE_PLUGIN_ENTRY_SYMBOL)
       has_entry = true;
     else
@@ -45,8 +46,8 @@ void check_exports(const SuiteContext& ctx, CheckResult& r) {
   }
   if (!has_entry) fail(r, "nibble_plugin_entry is not exported");
   if (!extra.empty())
-    fail(r, std::to_string(extra.size()) + " symbols besides nibble_plugin_entry are exported (" +
-                join_limited(extra, 8) +
+    fail(r, std::to_string(extra.size()) + (e.truncated ? " or more" : "") +
+                " symbols besides nibble_plugin_entry are exported (" + join_limited(extra, 8) +
                 "); build with nibble_add_plugin, whose version script hides them");
   if (r.passed) r.message = "exports exactly nibble_plugin_entry";
 }

@@ -1,6 +1,9 @@
 // The kit's command line and report formats, shared by `nibble conformance` and the standalone
 // `nibble-conformance`.
+#include <nibble/error.hpp>
+#include <nibble/parse_number.hpp>
 #include <nibble/registry.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -120,10 +123,13 @@ int main_with_args(int argc, char** argv) {
       if (a == "--backend") o.backend = v;
       if (a == "--fixtures") o.fixtures_dir = v;
       if (a == "--timeout" || a == "--threads") {
-        char* end = nullptr;
-        long n = std::strtol(v, &end, 10);
-        if (!end || *end || n < 1) return usage_error(a + " needs a positive integer");
-        (a == "--timeout" ? o.timeout_seconds : o.threads) = int(n);
+        // A day of timeout; threads capped as the runtime caps them.
+        const int64_t hi = a == "--timeout" ? 86400 : 4096;
+        try {
+          (a == "--timeout" ? o.timeout_seconds : o.threads) = int(parse_integer(v, 1, hi, a));
+        } catch (const nibble::Error& e) {
+          return usage_error(e.what());
+        }
       }
     } else if (a == "--quick") {
       o.quick = true;
@@ -134,7 +140,7 @@ int main_with_args(int argc, char** argv) {
     } else if (a == "--no-fork") {
       o.fork_child = false;
     } else {
-      return usage_error("unknown argument '" + a + "'");
+      return usage_error("unknown argument " + quoted_untrusted(a));
     }
   }
   if (o.plugin_path.empty() && !o.backend.empty())
