@@ -10,6 +10,7 @@
 #include "packed_weight.hpp"
 #include "probe.hpp"
 
+#include <nibble/sdk/env.hpp>
 #include <nibble/sdk/weights.hpp>
 
 #include "worker_pool.hpp"
@@ -164,14 +165,13 @@ std::string quantized_mode_limits(const nibble_layer_desc& d, bool weight_only) 
 // wins only at M = 1 (its instruction rate, not memory, limits it from M = 2); VPDPBUSD streaming
 // wins up to M = 4. NIBBLE_CPU_AMX_SMALL_M (read at prepare) overrides it for benchmarks and tests.
 int64_t streaming_row_limit(bool weight_only) {
-  if (const char* e = std::getenv("NIBBLE_CPU_AMX_SMALL_M"); e && *e) return std::atoll(e);
-  return weight_only ? 1 : 4;
+  return sdk::env_integer("NIBBLE_CPU_AMX_SMALL_M", 0, int64_t(1) << 40)
+      .value_or(weight_only ? 1 : 4);
 }
 
 // NIBBLE_CPU_AMX_DEQUANT_M (read at prepare) overrides the crossover for benchmarks and tests.
 int64_t dequant_row_threshold() {
-  if (const char* e = std::getenv("NIBBLE_CPU_AMX_DEQUANT_M"); e && *e) return std::atoll(e);
-  return 64;
+  return sdk::env_integer("NIBBLE_CPU_AMX_DEQUANT_M", 0, int64_t(1) << 40).value_or(64);
 }
 
 namespace {

@@ -1,14 +1,11 @@
 #include "worker_pool.hpp"
 
-#include <nibble/sdk/plugin.hpp>
+#include <nibble/sdk/env.hpp>
 
 #include <immintrin.h>
 #include <pthread.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstdlib>
-#include <string>
 
 namespace nibble::cpu_amx {
 namespace {
@@ -19,18 +16,8 @@ constexpr int64_t kDefaultSpinMicroseconds = 100;
 constexpr int64_t kMaxSpinMicroseconds = 1000000;
 
 int64_t spin_from_environment() {
-  const char* e = std::getenv("NIBBLE_CPU_AMX_SPIN_US");
-  if (!e || !*e) return kDefaultSpinMicroseconds;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(e, &end, 10);
-  if (errno != 0 || end == e || *end != '\0' || v < 0 || v > kMaxSpinMicroseconds) {
-    sdk::Host::log(NIBBLE_LOG_WARNING, "NIBBLE_CPU_AMX_SPIN_US is not a whole number in [0, " +
-                                           std::to_string(kMaxSpinMicroseconds) + "]; using " +
-                                           std::to_string(kDefaultSpinMicroseconds));
-    return kDefaultSpinMicroseconds;
-  }
-  return v;
+  return sdk::env_integer("NIBBLE_CPU_AMX_SPIN_US", 0, kMaxSpinMicroseconds)
+      .value_or(kDefaultSpinMicroseconds);
 }
 
 }  // namespace

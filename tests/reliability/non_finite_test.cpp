@@ -90,7 +90,9 @@ void check_rows(const Forward& forward, int64_t M, int64_t K, int64_t N, DLDataT
       ASSERT_TRUE(std::isfinite(y_clean.get(i))) << what << ": clean row " << m;
       if (bad_rows.count(m)) {
         ASSERT_FALSE(std::isfinite(y_bad.get(i))) << what << ": row " << m << " col " << n;
-        if (has_nan) ASSERT_TRUE(std::isnan(y_bad.get(i))) << what << ": NaN row " << m;
+        if (has_nan) {
+          ASSERT_TRUE(std::isnan(y_bad.get(i))) << what << ": NaN row " << m;
+        }
       } else if (row_bound == 0) {
         ASSERT_EQ(y_bad.get(i), y_clean.get(i)) << what << ": row " << m << " was disturbed";
       } else {
@@ -99,8 +101,9 @@ void check_rows(const Forward& forward, int64_t M, int64_t K, int64_t N, DLDataT
         norm += y_clean.get(i) * y_clean.get(i);
       }
     }
-    if (!bad_rows.count(m) && row_bound > 0)
+    if (!bad_rows.count(m) && row_bound > 0) {
       ASSERT_LE(std::sqrt(diff / norm), row_bound) << what << ": row " << m << " was disturbed";
+    }
   }
 }
 
