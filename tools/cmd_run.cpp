@@ -1,8 +1,10 @@
 // nibble run: one linear layer or one MoE block (router included) of a checkpoint, on an input
 // tensor from a safetensors file; the result is written as tensor "y" in the input's dtype.
 #include <nibble/error.hpp>
+#include <nibble/parse_number.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/safetensors.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
 
@@ -47,13 +49,7 @@ RunArgs parse(std::vector<std::string>& args) {
     else if (a == "--output")
       r.output = value();
     else if (a == "--top-k") {
-      std::string v = value();
-      try {
-        r.top_k = std::stoi(v);
-      } catch (const std::exception&) {
-        r.top_k = -1;
-      }
-      if (r.top_k <= 0) throw nibble::Error("--top-k '" + v + "' is not a positive whole number");
+      r.top_k = int(nibble::parse_integer(value(), 1, 1 << 20, "--top-k"));
     } else if (a == "--no-renormalize")
       r.renormalize = false;
     else if (a == "--renormalize")
@@ -61,7 +57,8 @@ RunArgs parse(std::vector<std::string>& args) {
     else if (a == "--explain")
       r.explain = true;
     else
-      throw nibble::Error("unknown option '" + a + "' (see nibble run --help)");
+      throw nibble::Error("unknown option " + nibble::quoted_untrusted(a) +
+                          " (see nibble run --help)");
   }
   for (auto [flag, v] : {std::pair{"--model", &r.model},
                          {"--layer", &r.layer},
@@ -71,9 +68,12 @@ RunArgs parse(std::vector<std::string>& args) {
   return r;
 }
 
+// Placements carry layer names from the checkpoint and plugin-chosen names: escaped as printed.
 void print_placement(const nibble::Placement& p) {
-  fmt::print("{} [{}]: {}/{}\n", p.layer, p.part, p.backend, p.kernel);
-  for (const auto& line : p.alternatives) fmt::print("    {}\n", line);
+  using nibble::escape_untrusted;
+  fmt::print("{} [{}]: {}/{}\n", escape_untrusted(p.layer, 200), escape_untrusted(p.part),
+             escape_untrusted(p.backend), escape_untrusted(p.kernel));
+  for (const auto& line : p.alternatives) fmt::print("    {}\n", escape_untrusted(line, 1000));
 }
 
 }  // namespace
@@ -91,30 +91,48 @@ int nibble_cmd_run(int argc, char** argv) {
   RunArgs r = parse(args);
   size_t colon = r.input.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == r.input.size())
-    throw nibble::Error("--input '" + r.input + "' must be FILE.safetensors:TENSOR");
+    throw nibble::Error("--input " + nibble::quoted_untrusted(r.input) +
+                        " must be FILE.safetensors:TENSOR");
   std::string in_file = r.input.substr(0, colon), in_tensor = r.input.substr(colon + 1);
+  const std::string x_name = "--input " + nibble::escape_untrusted(in_file, 400) + ": tensor " +
+                             nibble::quoted_untrusted(in_tensor);
 
   nibble::Runtime rt(nibble::cli::resolve_options(flags));
   auto ckpt = nibble::Checkpoint::open(r.model);
   auto input = nibble::SafetensorsFile::open(in_file);
   const nibble::TensorView& xv = input->tensor(in_tensor);
   if (xv.shape.size() != 2)
-    throw nibble::Error(in_file + ": tensor " + in_tensor + " is " + xv.shape_string() +
-                        "; expected 2-D [M, K]");
+    throw nibble::Error(x_name + " is " + xv.shape_string() + "; expected 2-D [M, K]");
   if (xv.dtype != nibble::DType::F32 && xv.dtype != nibble::DType::BF16 &&
       xv.dtype != nibble::DType::F16)
-    throw nibble::Error(in_file + ": tensor " + in_tensor + " is " +
-                        std::string(nibble::dtype_name(xv.dtype)) + "; expected F32, BF16 or F16");
-  // Mapped data may be unaligned: copy it into an aligned buffer.
+    throw nibble::Error(x_name + " is " + std::string(nibble::dtype_name(xv.dtype)) +
+                        "; expected F32, BF16 or F16");
   const int64_t M = xv.shape[0], K = xv.shape[1];
+
+  // The layer's width is checked against the input before any buffer is sized by M, so a
+  // tensor that claims many rows of nothing cannot make nibble allocate.
+  auto blocks = ckpt.moe_blocks();
+  auto block = std::find_if(blocks.begin(), blocks.end(),
+                            [&](const nibble::MoeInfo& b) { return b.prefix == r.layer; });
+  const bool is_moe = block != blocks.end();
+  int64_t want_K = 0;
+  if (is_moe) {
+    want_K = block->hidden;
+  } else {
+    for (const auto& l : ckpt.linear_layers())
+      if (l.prefix == r.layer) want_K = l.K;
+  }
+  if (want_K != 0 && K != want_K)
+    throw nibble::Error(x_name + " is " + xv.shape_string() + ", but layer " +
+                        nibble::quoted_untrusted(r.layer) + " takes K = " + std::to_string(want_K) +
+                        " input features; expected [M, " + std::to_string(want_K) + "]");
+
+  // Mapped data may be unaligned: copy it into an aligned buffer.
   std::vector<uint64_t> xbuf((xv.nbytes + 7) / 8);
-  std::memcpy(xbuf.data(), xv.data, xv.nbytes);
+  if (xv.nbytes) std::memcpy(xbuf.data(), xv.data, xv.nbytes);
   int64_t xshape[2] = {M, K};
   DLTensor x{xbuf.data(), {kDLCPU, 0}, 2, nibble::to_dlpack(xv.dtype), xshape, nullptr, 0};
 
-  auto blocks = ckpt.moe_blocks();
-  bool is_moe = std::any_of(blocks.begin(), blocks.end(),
-                            [&](const nibble::MoeInfo& b) { return b.prefix == r.layer; });
   int64_t out_cols = 0;
   std::vector<uint64_t> ybuf;
   int64_t yshape[2] = {M, 0};
@@ -136,7 +154,8 @@ int nibble_cmd_run(int argc, char** argv) {
     placements = moe.placements();
   } else {
     if (r.top_k || r.renormalize)
-      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " + r.layer + " is not one");
+      throw nibble::Error("--top-k/--renormalize apply to MoE blocks; " +
+                          nibble::quoted_untrusted(r.layer) + " is not one");
     auto lin = rt.linear(ckpt, r.layer);
     alloc_y(lin.out_features());
     lin.forward(x, y);
@@ -151,6 +170,7 @@ int nibble_cmd_run(int argc, char** argv) {
   nibble::write_safetensors(r.output, {out});
   if (r.explain)
     for (const auto& p : placements) print_placement(p);
-  fmt::print("wrote y [{}, {}] {} to {}\n", M, out_cols, nibble::dtype_name(xv.dtype), r.output);
+  fmt::print("wrote y [{}, {}] {} to {}\n", M, out_cols, nibble::dtype_name(xv.dtype),
+             nibble::escape_untrusted(r.output, 400));
   return 0;
 }

@@ -3,11 +3,13 @@
 #include <nibble/log.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/sdk/numeric.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <algorithm>
 #include <thread>
 
 #include "prepared_kernel.hpp"
+#include "text/name_text.hpp"
 
 namespace nibble {
 
@@ -104,10 +106,12 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
                          [&](const LayerInfo& l) { return l.prefix == prefix; });
   if (it == layers.end()) {
     std::string known;
-    for (size_t i = 0; i < layers.size() && i < 8; ++i) known += "\n  " + layers[i].prefix;
+    for (size_t i = 0; i < layers.size() && i < 8; ++i)
+      known += "\n  " + escape_untrusted(layers[i].prefix, 200);
     if (layers.size() > 8) known += "\n  ... (" + std::to_string(layers.size() - 8) + " more)";
-    throw Error("checkpoint " + ckpt.directory().string() + " has no linear layer '" + prefix +
-                "'" + (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
+    throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
+                " has no linear layer " + detail::name_text(prefix) +
+                (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   if (it->kind == LayerKind::Dense) {
     layer.op_ = make_dense(*registry_, options_, ckpt, prefix, "dense");
