@@ -28,7 +28,12 @@ constexpr size_t kMaxDynamicRules = 1024;
 
 // A JSON value from the config as messages show it: its JSON spelling, escaped and cut short.
 std::string shown(const ojson& v) { return escape_untrusted(v.dump(), 200); }
-std::string shown(const std::string& s) { return "\"" + escape_untrusted(s, 200) + "\""; }
+std::string shown(const std::string& s) {
+  std::string out = "\"";
+  out += escape_untrusted(s, 200);
+  out += '"';
+  return out;
+}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
@@ -402,7 +407,8 @@ std::optional<QuantConfig> load_quant_config(const std::filesystem::path& dir) {
   auto config = dir / "config.json";
   if (present(config)) {
     const std::string source = escape_untrusted(config.string(), 400);
-    ojson doc = detail::parse_json<ojson>(read(config), source);
+    static const std::vector<std::string> kWanted = {"quantization_config"};
+    ojson doc = detail::parse_json<ojson>(read(config), source, detail::kMaxJsonValues, &kWanted);
     if (doc.is_object() && doc.contains("quantization_config") &&
         !doc["quantization_config"].is_null()) {
       found.push_back(parse_quant_config(doc["quantization_config"], source));

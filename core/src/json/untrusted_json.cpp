@@ -3,7 +3,7 @@
 #include <nibble/error.hpp>
 #include <nibble/untrusted_text.hpp>
 
-#include <type_traits>
+#include <algorithm>
 #include <unordered_set>
 #include <vector>
 
@@ -23,47 +23,67 @@ class BudgetedDomBuilder {
   using binary_t = typename Json::binary_t;
 
   BudgetedDomBuilder(Json& root, const std::string& what, size_t max_values, const char* begin,
-                     const char* const* reached)
-      : root_(root), what_(what), max_values_(max_values), begin_(begin), reached_(reached) {}
+                     const char* const* reached, const std::vector<std::string>* keep)
+      : root_(root),
+        what_(what),
+        max_values_(max_values),
+        begin_(begin),
+        reached_(reached),
+        keep_(keep) {}
 
-  bool null() { return add(Json(nullptr)); }
-  bool boolean(bool v) { return add(Json(v)); }
-  bool number_integer(number_integer_t v) { return add(Json(v)); }
-  bool number_unsigned(number_unsigned_t v) { return add(Json(v)); }
-  bool number_float(number_float_t v, const string_t&) { return add(Json(v)); }
-  bool string(string_t& v) { return add(Json(std::move(v))); }
+  bool null() { return scalar(nullptr); }
+  bool boolean(bool v) { return scalar(v); }
+  bool number_integer(number_integer_t v) { return scalar(v); }
+  bool number_unsigned(number_unsigned_t v) { return scalar(v); }
+  bool number_float(number_float_t v, const string_t&) { return scalar(v); }
+  bool string(string_t& v) { return scalar(std::move(v)); }
   bool binary(binary_t&) { throw Error(what_ + ": binary values are not JSON"); }
 
   bool start_object(size_t) {
+    if (skipping()) return nest();
     open(add(Json::object()));
-    keys_.emplace_back();
+    if constexpr (kOrdered) keys_.emplace_back();
     return true;
   }
   bool key(string_t& k) {
-    if (!keys_.back().insert(k).second) {
+    if (skip_depth_ > 0) return true;
+    // A top-level value the caller does not want is read past without being built.
+    skip_next_ =
+        keep_ && stack_.size() == 1 && std::find(keep_->begin(), keep_->end(), k) == keep_->end();
+    auto& object = stack_.back()->template get_ref<typename Json::object_t&>();
+    bool inserted = true;
+    if constexpr (kOrdered) {
+      // ordered_map's own insertion searches linearly; a hash set finds duplicates instead.
+      inserted = keys_.back().insert(k).second;
+      if (inserted && !skip_next_) {
+        using Container = typename Json::object_t::Container;
+        static_cast<Container&>(object).emplace_back(k, Json());
+        slot_ = &static_cast<Container&>(object).back().second;
+      }
+    } else {
+      auto [it, fresh] = object.emplace(k, Json());
+      inserted = fresh;
+      slot_ = &it->second;
+    }
+    if (!inserted) {
       throw Error(what_ + ": duplicate key " + quoted_untrusted(k) + " (ending at byte " +
                   std::to_string(offset()) + "); refusing to pick one");
-    }
-    auto& object = stack_.back()->template get_ref<typename Json::object_t&>();
-    if constexpr (std::is_same_v<typename Json::object_t, nlohmann::ordered_map<string_t, Json>>) {
-      using Container = typename Json::object_t::Container;
-      static_cast<Container&>(object).emplace_back(k, Json());
-      slot_ = &static_cast<Container&>(object).back().second;
-    } else {
-      slot_ = &object.emplace(k, Json()).first->second;
     }
     return true;
   }
   bool end_object() {
-    keys_.pop_back();
+    if (skip_depth_ > 0) return unnest();
+    if constexpr (kOrdered) keys_.pop_back();
     stack_.pop_back();
     return true;
   }
   bool start_array(size_t) {
+    if (skipping()) return nest();
     open(add(Json::array()));
     return true;
   }
   bool end_array() {
+    if (skip_depth_ > 0) return unnest();
     stack_.pop_back();
     return true;
   }
@@ -73,13 +93,47 @@ class BudgetedDomBuilder {
   }
 
  private:
+  static constexpr bool kOrdered = requires { typename Json::object_t::Container; };
+
   size_t offset() const { return size_t(*reached_ - begin_); }
 
-  Json* add(Json value) {
+  // Whether the value that starts now is inside (or is) a skipped top-level value.
+  bool skipping() {
+    if (skip_depth_ > 0) return true;
+    if (!skip_next_) return false;
+    skip_next_ = false;
+    return true;
+  }
+  bool nest() {
+    count();
+    if (++skip_depth_ + int(stack_.size()) > kMaxJsonDepth) {
+      throw Error(what_ + ": JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
+                  " levels (at byte " + std::to_string(offset()) + "); refusing to parse it");
+    }
+    return true;
+  }
+  bool unnest() {
+    --skip_depth_;
+    return true;
+  }
+  template <class V>
+  bool scalar(V&& v) {
+    if (skipping()) {
+      count();
+      return true;
+    }
+    add(Json(std::forward<V>(v)));
+    return true;
+  }
+  void count() {
     if (++values_ > max_values_) {
       throw Error(what_ + ": more than " + std::to_string(max_values_) + " JSON values (at byte " +
                   std::to_string(offset()) + "); refusing to parse it");
     }
+  }
+
+  Json* add(Json value) {
+    count();
     if (stack_.empty()) {
       root_ = std::move(value);
       return &root_;
@@ -108,8 +162,11 @@ class BudgetedDomBuilder {
   const char* begin_;
   const char* const* reached_;
   std::vector<Json*> stack_;
-  std::vector<std::unordered_set<string_t>> keys_;
+  const std::vector<std::string>* keep_;
+  std::vector<std::unordered_set<string_t>> keys_;  // ordered_json only
   Json* slot_ = nullptr;
+  bool skip_next_ = false;
+  int skip_depth_ = 0;
 };
 
 }  // namespace
@@ -149,18 +206,21 @@ void refuse_nul(std::string_view text, const std::string& what) {
 std::string json_error_text(const std::exception& e) { return escape_untrusted(e.what(), 400); }
 
 template <class Json>
-Json parse_json(std::string_view text, const std::string& what, size_t max_values) {
+Json parse_json(std::string_view text, const std::string& what, size_t max_values,
+                const std::vector<std::string>* keep_top_level) {
   refuse_nul(text, what);
   Json root;
   const char* reached = text.data();
-  BudgetedDomBuilder<Json> builder(root, what, max_values, text.data(), &reached);
+  BudgetedDomBuilder<Json> builder(root, what, max_values, text.data(), &reached, keep_top_level);
   Json::sax_parse(TrackedChars(text.data(), &reached),
                   TrackedChars(text.data() + text.size(), &reached), &builder);
   return root;
 }
 
-template nlohmann::json parse_json<nlohmann::json>(std::string_view, const std::string&, size_t);
+template nlohmann::json parse_json<nlohmann::json>(std::string_view, const std::string&, size_t,
+                                                   const std::vector<std::string>*);
 template nlohmann::ordered_json parse_json<nlohmann::ordered_json>(std::string_view,
-                                                                   const std::string&, size_t);
+                                                                   const std::string&, size_t,
+                                                                   const std::vector<std::string>*);
 
 }  // namespace nibble::detail

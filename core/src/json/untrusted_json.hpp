@@ -10,6 +10,7 @@
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace nibble::detail {
 
@@ -62,8 +63,11 @@ std::string json_error_text(const std::exception& e);
 /// Parse untrusted JSON text into a DOM (nlohmann::json or nlohmann::ordered_json, the latter in
 /// linear time too); `what` names the document in messages and must already be escaped. Throws
 /// nibble::Error on invalid JSON, a NUL, a duplicate key, nesting deeper than kMaxJsonDepth or
-/// more than `max_values` values.
+/// more than `max_values` values. With `keep_top_level`, only those keys of a top-level object
+/// are built; the other values are checked and counted but not kept (a checkpoint's config.json
+/// may be large, the part a parser needs is not).
 template <class Json = nlohmann::json>
-Json parse_json(std::string_view text, const std::string& what, size_t max_values = kMaxJsonValues);
+Json parse_json(std::string_view text, const std::string& what, size_t max_values = kMaxJsonValues,
+                const std::vector<std::string>* keep_top_level = nullptr);
 
 }  // namespace nibble::detail
