@@ -36,8 +36,15 @@ std::filesystem::path shard_path(const std::filesystem::path& index, const std::
   if (ec) throw Error(where + ": cannot resolve the checkpoint directory: " + ec.message());
   const fs::path real = fs::weakly_canonical(path, ec);
   if (ec) throw Error(where + ": cannot resolve " + detail::name_text(path.string()));
-  auto rel = real.lexically_relative(real_dir);
-  if (rel.empty() || *rel.begin() == ".." || rel.is_absolute() || rel == ".") {
+  auto inside = [&](const fs::path& root) {
+    const fs::path rel = real.lexically_relative(root);
+    return !rel.empty() && *rel.begin() != ".." && !rel.is_absolute() && rel != ".";
+  };
+  // The Hugging Face cache keeps a revision's files in <repo>/snapshots/<rev>/ as links into
+  // <repo>/blobs/: that one place outside the folder belongs to the same download.
+  const bool hub_snapshot = real_dir.parent_path().filename() == "snapshots";
+  if (!inside(real_dir) &&
+      !(hub_snapshot && inside(real_dir.parent_path().parent_path() / "blobs"))) {
     throw Error(where + " leads to " + detail::name_text(real.string()) +
                 ", outside the checkpoint directory " + detail::name_text(real_dir.string()) +
                 "; shards must live beside the index");

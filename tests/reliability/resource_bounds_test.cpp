@@ -207,6 +207,16 @@ TEST(ResourceBounds, AShardLinkLeadingOutOfTheCheckpointIsRefused) {
   fs::copy_file(outside / "elsewhere.safetensors", ckpt / "real.safetensors");
   fs::create_symlink("real.safetensors", ckpt / "shard.safetensors");
   EXPECT_EQ(Checkpoint::open(ckpt).linear_layers().size(), 1u);
+  // The Hugging Face cache layout: snapshots/<rev>/ links into the same repository's blobs/.
+  const fs::path repo = dir / "models--org--name";
+  const fs::path snapshot = repo / "snapshots" / "0123abcd";
+  fs::create_directories(snapshot);
+  fs::create_directories(repo / "blobs");
+  fs::copy_file(outside / "elsewhere.safetensors", repo / "blobs" / "5f3e");
+  fs::copy_file(ckpt / "config.json", snapshot / "config.json");
+  fs::copy_file(ckpt / "model.safetensors.index.json", snapshot / "model.safetensors.index.json");
+  fs::create_symlink("../../blobs/5f3e", snapshot / "shard.safetensors");
+  EXPECT_EQ(Checkpoint::open(snapshot).linear_layers().size(), 1u);
 }
 
 TEST(ResourceBounds, MoeConfigNumbersAreCheckedNotWrappedOrIgnored) {
