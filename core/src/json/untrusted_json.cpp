@@ -54,7 +54,8 @@ class BudgetedDomBuilder {
     bool inserted = true;
     if constexpr (kOrdered) {
       // ordered_map's own insertion searches linearly; a hash set finds duplicates instead.
-      inserted = keys_.back().insert(k).second;
+      // Skipped keys are not kept: nothing reads them, so a repeat of one changes nothing.
+      inserted = skip_next_ || keys_.back().insert(k).second;
       if (inserted && !skip_next_) {
         using Container = typename Json::object_t::Container;
         static_cast<Container&>(object).emplace_back(k, Json());

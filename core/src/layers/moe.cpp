@@ -70,7 +70,7 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
       known += "\n  " + escape_untrusted(blocks[i].prefix, 200);
     if (blocks.size() > 8) known += "\n  ... (" + std::to_string(blocks.size() - 8) + " more)";
     throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
-                " has no MoE block " + detail::name_text(prefix) +
+                " has no MoE block '" + detail::name_text(prefix) + "'" +
                 (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   const MoeInfo& info = *it;

@@ -110,7 +110,7 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
       known += "\n  " + escape_untrusted(layers[i].prefix, 200);
     if (layers.size() > 8) known += "\n  ... (" + std::to_string(layers.size() - 8) + " more)";
     throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
-                " has no linear layer " + detail::name_text(prefix) +
+                " has no linear layer '" + detail::name_text(prefix) + "'" +
                 (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   if (it->kind == LayerKind::Dense) {
