@@ -21,8 +21,10 @@ int effective_threads(int threads) {
 
 void warn_fallback(const Selection& sel, const std::string& layer, const std::string& part) {
   if (sel.passed_over.empty()) return;
-  std::string msg = layer + " (" + part + ") runs on " + sel.kernel->full_name() + " because:";
-  for (const auto& p : sel.passed_over) msg += "\n  " + p;
+  // The layer name comes from the checkpoint and the reasons from plugins: both escaped.
+  std::string msg = detail::name_text(layer) + " (" + part + ") runs on " +
+                    escape_untrusted(sel.kernel->full_name(), 200) + " because:";
+  for (const auto& p : sel.passed_over) msg += "\n  " + escape_untrusted(p, 1000);
   log(LogLevel::Warning, "core", msg);
 }
 
@@ -77,7 +79,8 @@ std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const Runt
 
 LinearLayer Runtime::dense(const std::string& name, const nibble_dense_weight& w) const {
   if (w.K <= 0 || w.N <= 0 || !w.data || !sdk::is_float_dtype(w.dtype))
-    throw Error("dense layer " + name + ": expected a non-empty f32, f16 or bf16 weight [N][K]");
+    throw Error("dense layer " + detail::name_text(name) +
+                ": expected a non-empty f32, f16 or bf16 weight [N][K]");
   nibble_layer_desc d{};
   d.struct_size = sizeof d;
   d.op = NIBBLE_OP_DENSE;
