@@ -71,9 +71,12 @@ RunArgs parse(std::vector<std::string>& args) {
   return r;
 }
 
+// Placements carry layer names from the checkpoint and plugin-chosen names: escaped as printed.
 void print_placement(const nibble::Placement& p) {
-  fmt::print("{} [{}]: {}/{}\n", p.layer, p.part, p.backend, p.kernel);
-  for (const auto& line : p.alternatives) fmt::print("    {}\n", line);
+  using nibble::escape_untrusted;
+  fmt::print("{} [{}]: {}/{}\n", escape_untrusted(p.layer, 200), escape_untrusted(p.part),
+             escape_untrusted(p.backend), escape_untrusted(p.kernel));
+  for (const auto& line : p.alternatives) fmt::print("    {}\n", escape_untrusted(line, 1000));
 }
 
 }  // namespace
@@ -94,30 +97,45 @@ int nibble_cmd_run(int argc, char** argv) {
     throw nibble::Error("--input " + nibble::quoted_untrusted(r.input) +
                         " must be FILE.safetensors:TENSOR");
   std::string in_file = r.input.substr(0, colon), in_tensor = r.input.substr(colon + 1);
+  const std::string x_name = "--input " + nibble::escape_untrusted(in_file, 400) + ": tensor " +
+                             nibble::quoted_untrusted(in_tensor);
 
   nibble::Runtime rt(nibble::cli::resolve_options(flags));
   auto ckpt = nibble::Checkpoint::open(r.model);
   auto input = nibble::SafetensorsFile::open(in_file);
   const nibble::TensorView& xv = input->tensor(in_tensor);
   if (xv.shape.size() != 2)
-    throw nibble::Error(nibble::escape_untrusted(in_file) + ": tensor " +
-                        nibble::quoted_untrusted(in_tensor) + " is " + xv.shape_string() +
-                        "; expected 2-D [M, K]");
+    throw nibble::Error(x_name + " is " + xv.shape_string() + "; expected 2-D [M, K]");
   if (xv.dtype != nibble::DType::F32 && xv.dtype != nibble::DType::BF16 &&
       xv.dtype != nibble::DType::F16)
-    throw nibble::Error(nibble::escape_untrusted(in_file) + ": tensor " +
-                        nibble::quoted_untrusted(in_tensor) + " is " +
-                        std::string(nibble::dtype_name(xv.dtype)) + "; expected F32, BF16 or F16");
-  // Mapped data may be unaligned: copy it into an aligned buffer.
+    throw nibble::Error(x_name + " is " + std::string(nibble::dtype_name(xv.dtype)) +
+                        "; expected F32, BF16 or F16");
   const int64_t M = xv.shape[0], K = xv.shape[1];
+
+  // The layer's width is checked against the input before any buffer is sized by M, so a
+  // tensor that claims many rows of nothing cannot make nibble allocate.
+  auto blocks = ckpt.moe_blocks();
+  auto block = std::find_if(blocks.begin(), blocks.end(),
+                            [&](const nibble::MoeInfo& b) { return b.prefix == r.layer; });
+  const bool is_moe = block != blocks.end();
+  int64_t want_K = 0;
+  if (is_moe) {
+    want_K = block->hidden;
+  } else {
+    for (const auto& l : ckpt.linear_layers())
+      if (l.prefix == r.layer) want_K = l.K;
+  }
+  if (want_K != 0 && K != want_K)
+    throw nibble::Error(x_name + " is " + xv.shape_string() + ", but layer " +
+                        nibble::quoted_untrusted(r.layer) + " takes K = " + std::to_string(want_K) +
+                        " input features; expected [M, " + std::to_string(want_K) + "]");
+
+  // Mapped data may be unaligned: copy it into an aligned buffer.
   std::vector<uint64_t> xbuf((xv.nbytes + 7) / 8);
   if (xv.nbytes > 0) std::memcpy(xbuf.data(), xv.data, xv.nbytes);
   int64_t xshape[2] = {M, K};
   DLTensor x{xbuf.data(), {kDLCPU, 0}, 2, nibble::to_dlpack(xv.dtype), xshape, nullptr, 0};
 
-  auto blocks = ckpt.moe_blocks();
-  bool is_moe = std::any_of(blocks.begin(), blocks.end(),
-                            [&](const nibble::MoeInfo& b) { return b.prefix == r.layer; });
   int64_t out_cols = 0;
   std::vector<uint64_t> ybuf;
   int64_t yshape[2] = {M, 0};
@@ -162,6 +180,7 @@ int nibble_cmd_run(int argc, char** argv) {
   nibble::write_safetensors(r.output, {out});
   if (r.explain)
     for (const auto& p : placements) print_placement(p);
-  fmt::print("wrote y [{}, {}] {} to {}\n", M, out_cols, nibble::dtype_name(xv.dtype), r.output);
+  fmt::print("wrote y [{}, {}] {} to {}\n", M, out_cols, nibble::dtype_name(xv.dtype),
+             nibble::escape_untrusted(r.output, 400));
   return 0;
 }

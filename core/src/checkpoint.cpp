@@ -5,10 +5,11 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <regex>
+#include <nibble/untrusted_text.hpp>
 
-#include "safetensors_json.hpp"
+#include "io/regular_file.hpp"
+#include "json/untrusted_json.hpp"
+#include "text/name_text.hpp"
 
 namespace nibble {
 
@@ -18,6 +19,45 @@ bool ends_with(const std::string& s, std::string_view suffix) { return s.ends_wi
 
 std::string strip_suffix(const std::string& s, std::string_view suffix) {
   return s.substr(0, s.size() - suffix.size());
+}
+
+std::string q(const std::string& name) { return detail::name_text(name); }
+std::string path_text(const std::filesystem::path& p) { return escape_untrusted(p.string(), 400); }
+
+// The parts of an expert's module name, "<block>.experts.<e>.<projection>", matched by hand: the
+// name is untrusted and may be megabytes long, which a backtracking regex turns into deep
+// recursion. Linear in the name; nullopt when it is not an expert's.
+struct ExpertName {
+  std::string block;
+  int expert = 0;
+  std::string projection;
+};
+std::optional<ExpertName> parse_expert_name(std::string_view name) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const std::string_view projection = name.substr(dot + 1);
+  static constexpr std::string_view kProjections[] = {"gate_proj", "up_proj", "down_proj",
+                                                      "w1",        "w2",      "w3"};
+  if (std::find(std::begin(kProjections), std::end(kProjections), projection) ==
+      std::end(kProjections)) {
+    return std::nullopt;
+  }
+  const std::string_view rest = name.substr(0, dot);
+  const size_t dot2 = rest.rfind('.');
+  if (dot2 == std::string_view::npos) return std::nullopt;
+  const std::string_view digits = rest.substr(dot2 + 1);
+  if (digits.empty() || digits.size() > 6 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  constexpr std::string_view kExperts = ".experts";
+  const std::string_view block = rest.substr(0, dot2);
+  if (block.size() <= kExperts.size() || !block.ends_with(kExperts)) return std::nullopt;
+  ExpertName out;
+  out.block = std::string(block.substr(0, block.size() - kExperts.size()));
+  for (char c : digits) out.expert = out.expert * 10 + (c - '0');
+  out.projection = std::string(projection);
+  return out;
 }
 
 bool is_float(DType d) { return d == DType::F16 || d == DType::BF16 || d == DType::F32; }
@@ -55,35 +95,30 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     cp.dir_ = path;
-    if (fs::exists(path / "model.safetensors.index.json")) {
+    if (fs::exists(path / "model.safetensors.index.json", ec)) {
       cp.store_ = TensorStore::open(path / "model.safetensors.index.json");
-    } else if (fs::exists(path / "model.safetensors")) {
+    } else if (fs::exists(path / "model.safetensors", ec)) {
       cp.store_ = TensorStore::open(path / "model.safetensors");
     } else {
       throw Error(
           fmt::format("checkpoint directory {} has neither model.safetensors nor "
                       "model.safetensors.index.json",
-                      path.string()));
+                      path_text(path)));
     }
-  } else if (fs::is_regular_file(path, ec)) {
+  } else if (fs::exists(path, ec)) {
+    // Opening refuses anything but a regular file (a FIFO, a device) without blocking.
     cp.dir_ = path.parent_path().empty() ? fs::path(".") : path.parent_path();
     cp.store_ = TensorStore::open(path);
   } else {
     throw Error(fmt::format("no checkpoint at {} (expected a directory or a .safetensors file)",
-                            path.string()));
+                            path_text(path)));
   }
   fs::path config = cp.dir_ / "config.json";
-  if (fs::exists(config)) {
-    auto size = fs::file_size(config, ec);
-    if (ec || size > (16u << 20)) {
-      throw Error(fmt::format("{}: unreadable or larger than 16 MiB", config.string()));
-    }
-    std::ifstream in(config, std::ios::binary);
-    std::string text(size_t(size), '\0');
-    in.read(text.data(), std::streamsize(size));
-    cp.config_ = detail::parse_json(text, config.string());
+  if (fs::exists(config, ec) || fs::is_symlink(config, ec)) {
+    const std::string text = detail::read_regular_file(config, 16u << 20, "checkpoint config");
+    cp.config_ = detail::parse_json(text, path_text(config));
     if (!cp.config_.is_object())
-      throw Error(fmt::format("{}: expected a JSON object", config.string()));
+      throw Error(fmt::format("{}: expected a JSON object", path_text(config)));
   }
   cp.quant_ = load_quant_config(cp.dir_);
   cp.discover();
@@ -135,10 +170,10 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
     for (int64_t k = 0; k < info.K; ++k) {
       int32_t g = t.g_idx->i32(size_t(k));
       if (g < 0 || g >= layer.shape.num_groups) {
-        throw Error(
-            fmt::format("tensor {} in {}: g_idx[{}] = {} is outside [0, {}) (group_size = "
-                        "{})",
-                        t.g_idx->name, t.g_idx->file, k, g, layer.shape.num_groups, mq.group_size));
+        throw Error(fmt::format(
+            "tensor {} in {}: g_idx[{}] = {} is outside [0, {}) (group_size = "
+            "{})",
+            q(t.g_idx->name), t.g_idx->file, k, g, layer.shape.num_groups, mq.group_size));
       }
       int64_t identity = mq.group_size == -1 ? 0 : k / mq.group_size;
       info.act_order = info.act_order || g != identity;
@@ -159,7 +194,7 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
           "decode (unmasked, as ExLlama/vLLM/sglang do) to {}; such values usually come from the "
           "v1 underflow of a true zero 0 (AutoGPTQ PR #325/#640), which also corrupts later zeros "
           "of the same int32 word: suspect, prefer a gptq_v2 export (FORMATS F.1){}",
-          prefix, info.stored_max_zeros, total, t.qzeros->name, hist.size() - 1, hist.size(),
+          q(prefix), info.stored_max_zeros, total, q(t.qzeros->name), hist.size() - 1, hist.size(),
           mq.bits == 8 ? "; at 8 bits 256 does not fit the canonical zero point and decoding fails"
                        : ""));
     }
@@ -177,24 +212,24 @@ void Checkpoint::discover() {
     for (std::string_view part : {".qzeros", ".scales", ".g_idx"}) {
       if (ends_with(n, part) && !qprefixes.count(strip_suffix(n, part)) &&
           !store_.find(strip_suffix(n, part) + ".weight")) {
-        throw Error(fmt::format("tensor {} exists but {}.qweight is missing (in {})", n,
-                                strip_suffix(n, part), store_.find(n)->file));
+        throw Error(fmt::format("tensor {} exists but {} is missing (in {})", q(n),
+                                q(strip_suffix(n, part) + ".qweight"), store_.find(n)->file));
       }
     }
   }
   if (!qprefixes.empty() && !quant_) {
     throw Error(
-        fmt::format("checkpoint {} holds quantized tensors (e.g. {}.qweight) but no "
+        fmt::format("checkpoint {} holds quantized tensors (e.g. {}) but no "
                     "quantization config (config.json quantization_config, "
                     "quantize_config.json or quant_config.json)",
-                    dir_.string(), *qprefixes.begin()));
+                    path_text(dir_), q(*qprefixes.begin() + ".qweight")));
   }
   for (const auto& p : qprefixes) quantized_.emplace(p, make_quant_layer(p));
   for (const auto& [reason, seen] : quantized_despite_) {
     warnings_.push_back(
         fmt::format("{} layer(s) have a qweight although {} in {} (e.g. {}); they are "
                     "decoded as quantized with the global settings",
-                    seen.first, reason, quant_->source, seen.second));
+                    seen.first, reason, quant_->source, q(seen.second)));
   }
   for (const auto& n : names) {
     if (!ends_with(n, ".weight")) continue;
@@ -213,9 +248,9 @@ void Checkpoint::discover() {
     if (d.tensor.bias) {
       const TensorView& b = *d.tensor.bias;
       if (!is_float(b.dtype) || b.shape != std::vector<int64_t>{d.tensor.N}) {
-        throw Error(
-            fmt::format("tensor {} in {} is {} {}, expected a float tensor [{}] matching {}",
-                        b.name, b.file, dtype_name(b.dtype), b.shape_string(), d.tensor.N, n));
+        throw Error(fmt::format(
+            "tensor {} in {} is {} {}, expected a float tensor [{}] matching {}", q(b.name), b.file,
+            dtype_name(b.dtype), b.shape_string(), d.tensor.N, q(n)));
       }
     }
     d.info.prefix = p;
@@ -246,11 +281,8 @@ void Checkpoint::discover() {
     }
   }
   std::map<std::string, std::map<int, std::map<std::string, std::string>>> found;
-  static const std::regex expert_re(
-      R"(^(.+)\.experts\.(\d{1,6})\.(gate_proj|up_proj|down_proj|w1|w2|w3)$)");
   auto scan = [&](const std::string& p) {
-    std::smatch m;
-    if (std::regex_match(p, m, expert_re)) found[m[1].str()][std::stoi(m[2].str())][m[3].str()] = p;
+    if (auto m = parse_expert_name(p)) found[m->block][m->expert][m->projection] = p;
   };
   for (const auto& [p, layer] : quantized_) scan(p);
   for (const auto& [p, layer] : dense_) scan(p);

@@ -1,11 +1,16 @@
 #include <nibble/error.hpp>
 #include <nibble/options.hpp>
+#include <nibble/parse_number.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <sys/auxv.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
-#include <fstream>
+
+#include "io/regular_file.hpp"
+#include "json/untrusted_json.hpp"
 
 namespace nibble {
 
@@ -24,47 +29,63 @@ std::vector<std::string> split_list(const std::string& text, char separator) {
   return out;
 }
 
+std::vector<std::string> parse_backend_list(const std::string& text, const std::string& source) {
+  if (text.empty()) return {"auto"};
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, end - start);
+    const size_t a = item.find_first_not_of(" \t");
+    if (a == std::string::npos) {
+      throw Error(source + ": backend list " + quoted_untrusted(text) +
+                  " has an empty item; expected auto, a backend name, or names separated by "
+                  "commas (* for every other available backend)");
+    }
+    names.push_back(item.substr(a, item.find_last_not_of(" \t") - a + 1));
+    if (end == text.size()) break;
+    start = end + 1;
+  }
+  return names;
+}
+
 NumericMode parse_mode(const std::string& text, const std::string& source) {
   if (text == "w4a16" || text == "a16" || text == "w8a16" || text == "weight_only")
     return NumericMode::W4A16;
   if (text == "w4a8" || text == "a8" || text == "w8a8" || text == "dynamic_int8")
     return NumericMode::W4A8;
-  throw Error(source + ": numeric mode '" + text + "' is not one of w4a16, w4a8");
+  throw Error(source + ": numeric mode " + quoted_untrusted(text) + " is not one of w4a16, w4a8");
 }
 
 const char* mode_name(NumericMode mode) { return mode == NumericMode::W4A8 ? "w4a8" : "w4a16"; }
 
 static int parse_threads(const std::string& text, const std::string& source) {
-  try {
-    size_t used = 0;
-    int n = std::stoi(text, &used);
-    if (used == text.size() && n >= 0 && n <= 4096) return n;
-  } catch (const std::exception&) {
-  }
-  throw Error(source + ": threads '" + text + "' is not a whole number in [0, 4096]");
+  return int(parse_integer(text, 0, 4096, source + ": threads"));
 }
 
 void apply_config_file(RuntimeOptions& options, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("config file " + path + ": cannot be opened");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("config file " + path + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object()) throw Error("config file " + path + ": expected a JSON object");
+  // A runtime config is a few lines; the limit only keeps a wrong path from being read whole.
+  constexpr uint64_t kMaxRuntimeConfigBytes = 1u << 20;
+  const std::string label = "config file " + escape_untrusted(path, 400);
+  const std::string text = detail::read_regular_file(path, kMaxRuntimeConfigBytes, "config file");
+  nlohmann::json j = detail::parse_json(text, label, 65536);
+  if (!j.is_object()) throw Error(label + ": expected a JSON object");
   for (auto& [key, value] : j.items()) {
-    std::string where = "config file " + path + ", key \"" + key + "\"";
+    std::string where = label + ", key \"" + escape_untrusted(key, 100) + "\"";
     if (key == "backend") {
       if (value.is_string()) {
         options.backend = value.get<std::string>();
+        parse_backend_list(options.backend, where);
       } else if (value.is_array()) {
         std::string joined;
         for (auto& v : value) {
           if (!v.is_string()) throw Error(where + ": expected strings");
+          if (v.get_ref<const std::string&>().find(',') != std::string::npos)
+            throw Error(where + ": a list item cannot hold a comma");
           joined += (joined.empty() ? "" : ",") + v.get<std::string>();
         }
+        if (value.empty()) throw Error(where + ": expected at least one backend name");
+        parse_backend_list(joined, where);
         options.backend = joined;
       } else {
         throw Error(where + ": expected a string or a list of strings");
@@ -102,7 +123,10 @@ void apply_config_file(RuntimeOptions& options, const std::string& path) {
 
 void apply_environment(RuntimeOptions& options) {
   if (const char* c = std::getenv("NIBBLE_CONFIG"); c && *c) apply_config_file(options, c);
-  if (const char* b = std::getenv("NIBBLE_BACKEND"); b && *b) options.backend = b;
+  if (const char* b = std::getenv("NIBBLE_BACKEND"); b && *b) {
+    parse_backend_list(b, "NIBBLE_BACKEND");
+    options.backend = b;
+  }
   // A setuid/setgid process must not take code locations from its caller's environment.
   if (const char* p = secure_getenv("NIBBLE_PLUGIN_PATH"); p && *p && !getauxval(AT_SECURE)) {
     for (auto& dir : split_list(p, ':')) options.plugin_dirs.push_back(dir);

@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 #include <re2/re2.h>
 
-#include <algorithm>
-#include <fstream>
+#include <nibble/untrusted_text.hpp>
 
-#include "safetensors_json.hpp"
+#include <algorithm>
+
+#include "io/regular_file.hpp"
+#include "json/untrusted_json.hpp"
 
 namespace nibble {
 
@@ -19,6 +21,19 @@ using ojson = nlohmann::ordered_json;
 
 constexpr size_t kMaxConfigBytes = 16u << 20;
 constexpr size_t kMaxPatternLength = 256;
+// Every module name is matched against every entry, so the lists are bounded (real checkpoints
+// carry tens to hundreds).
+constexpr size_t kMaxModulesToNotConvert = 4096;
+constexpr size_t kMaxDynamicRules = 1024;
+
+// A JSON value from the config as messages show it: its JSON spelling, escaped and cut short.
+std::string shown(const ojson& v) { return escape_untrusted(v.dump(), 200); }
+std::string shown(const std::string& s) {
+  std::string out = "\"";
+  out += escape_untrusted(s, 200);
+  out += '"';
+  return out;
+}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
@@ -44,19 +59,20 @@ const ojson* lookup(const ojson& obj, std::initializer_list<const char*> keys,
 int get_int(const ojson& v, const std::string& key, const std::string& source) {
   if (!v.is_number_integer()) {
     throw Error(
-        fmt::format("{}: quantization_config {} = {} must be an integer", source, key, v.dump()));
+        fmt::format("{}: quantization_config {} = {} must be an integer", source, key, shown(v)));
   }
-  int64_t x = v.get<int64_t>();
-  if (x < INT32_MIN || x > INT32_MAX) {
-    throw Error(fmt::format("{}: quantization_config {} = {} is out of range", source, key, x));
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX)
+                             : (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)) {
+    throw Error(fmt::format("{}: quantization_config {} = {} is out of range [{}, {}]", source, key,
+                            shown(v), INT32_MIN, INT32_MAX));
   }
-  return int(x);
+  return int(v.get<int64_t>());
 }
 
 bool get_bool(const ojson& v, const std::string& key, const std::string& source) {
   if (!v.is_boolean()) {
     throw Error(fmt::format("{}: quantization_config {} = {} must be true or false", source, key,
-                            v.dump()));
+                            shown(v)));
   }
   return v.get<bool>();
 }
@@ -64,7 +80,7 @@ bool get_bool(const ojson& v, const std::string& key, const std::string& source)
 std::string get_string(const ojson& v, const std::string& key, const std::string& source) {
   if (!v.is_string()) {
     throw Error(
-        fmt::format("{}: quantization_config {} = {} must be a string", source, key, v.dump()));
+        fmt::format("{}: quantization_config {} = {} must be a string", source, key, shown(v)));
   }
   return v.get<std::string>();
 }
@@ -112,19 +128,19 @@ DynamicRule parse_dynamic_rule(const std::string& key, const ojson& value, const
   auto compiled = std::make_shared<const RE2>(pattern, options);
   if (!compiled->ok()) {
     throw Error(
-        fmt::format("{}: dynamic rule \"{}\" is not a regex nibble can compile ({}); "
+        fmt::format("{}: dynamic rule {} is not a regex nibble can compile ({}); "
                     "nibble reads Python re syntax without backreferences or lookaround, and "
                     "refuses the checkpoint rather than ignoring the rule",
-                    source, key, compiled->error()));
+                    source, shown(key), escape_untrusted(compiled->error(), 200)));
   }
   rule.regex = std::move(compiled);
   if (!value.is_object()) {
-    throw Error(fmt::format("{}: dynamic rule \"{}\" must map to an object of overrides, found {}",
-                            source, key, value.type_name()));
+    throw Error(fmt::format("{}: dynamic rule {} must map to an object of overrides, found {}",
+                            source, shown(key), value.type_name()));
   }
   if (rule.skip) return rule;
   for (const auto& [k, v] : value.items()) {
-    std::string where = fmt::format("dynamic rule \"{}\"", key);
+    std::string where = fmt::format("dynamic rule {}", shown(key));
     if (k == "bits") {
       rule.bits = get_int(v, where + " bits", source);
       check_bits(*rule.bits, cfg.method, where, source);
@@ -141,9 +157,9 @@ DynamicRule parse_dynamic_rule(const std::string& key, const ojson& value, const
       // Quantizer settings: they shaped the values, not the layout nibble reads.
     } else {
       throw Error(
-          fmt::format("{}: dynamic rule \"{}\" overrides \"{}\", which nibble does not "
+          fmt::format("{}: dynamic rule {} overrides {}, which nibble does not "
                       "implement (supported overrides: bits, group_size, sym, desc_act)",
-                      source, key, k));
+                      source, shown(key), shown(k)));
     }
   }
   return rule;
@@ -172,9 +188,9 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
       cfg.method = QuantMethod::Awq;
     } else {
       throw Error(
-          fmt::format("{}: quantization_config quant_method = \"{}\" is not supported "
+          fmt::format("{}: quantization_config quant_method = {} is not supported "
                       "(nibble supports gptq and awq)",
-                      source, method));
+                      source, shown(method)));
     }
   } else if (lookup(obj, {"w_bit", "version", "zero_point", "q_group_size"})) {
     cfg.method = QuantMethod::Awq;
@@ -208,9 +224,9 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
     std::string pack = get_string(*v, "pack_dtype", source);
     if (pack != "int32") {
       throw Error(
-          fmt::format("{}: quantization_config pack_dtype = \"{}\" is not supported "
+          fmt::format("{}: quantization_config pack_dtype = {} is not supported "
                       "(nibble reads int32 packing)",
-                      source, pack));
+                      source, shown(pack)));
     }
   }
 
@@ -231,17 +247,17 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
       std::string other = lower(get_string(*fmt_b, "format", source));
       if (fmt_a && other != format) {
         throw Error(
-            fmt::format("{}: quantization_config checkpoint_format = \"{}\" contradicts "
-                        "format = \"{}\"",
-                        source, format, other));
+            fmt::format("{}: quantization_config checkpoint_format = {} contradicts "
+                        "format = {}",
+                        source, shown(format), shown(other)));
       }
       format = other;
     }
     if (format != "gptq" && format != "gptq_v2") {
       throw Error(
-          fmt::format("{}: quantization_config checkpoint_format = \"{}\" is not supported "
+          fmt::format("{}: quantization_config checkpoint_format = {} is not supported "
                       "(nibble supports gptq and gptq_v2)",
-                      source, format));
+                      source, shown(format)));
     }
     cfg.checkpoint_format = format;
   } else {
@@ -255,9 +271,9 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
       std::string value = lower(get_string(*v, key, source));
       if (value != "gemm") {
         throw Error(
-            fmt::format("{}: quantization_config {} = \"{}\" is not supported (nibble "
+            fmt::format("{}: quantization_config {} = {} is not supported (nibble "
                         "supports AWQ version gemm)",
-                        source, key, value));
+                        source, key, shown(value)));
       }
     }
     cfg.checkpoint_format = version;
@@ -272,6 +288,12 @@ QuantConfig parse_quant_config(const ojson& obj, const std::string& source) {
   if (const ojson* v = lookup(obj, {"modules_to_not_convert"})) {
     if (!v->is_array()) {
       throw Error(fmt::format("{}: modules_to_not_convert must be a list of strings", source));
+    }
+    if (v->size() > kMaxModulesToNotConvert) {
+      throw Error(
+          fmt::format("{}: modules_to_not_convert lists {} entries, more than the {} "
+                      "nibble accepts",
+                      source, v->size(), kMaxModulesToNotConvert));
     }
     for (const auto& m : *v)
       cfg.modules_to_not_convert.push_back(get_string(m, "modules_to_not_convert", source));
@@ -299,7 +321,7 @@ ModuleQuant QuantConfig::for_module(std::string_view prefix) const {
   for (const auto& m : modules_to_not_convert) {
     if (!m.empty() && prefix.find(m) != std::string_view::npos) {
       mq.quantized = false;
-      mq.reason = fmt::format("modules_to_not_convert contains \"{}\"", m);
+      mq.reason = fmt::format("modules_to_not_convert contains {}", shown(m));
       return mq;
     }
   }
@@ -309,14 +331,14 @@ ModuleQuant QuantConfig::for_module(std::string_view prefix) const {
     if (!rule.regex->Match(name, 0, name.size(), RE2::ANCHOR_START, nullptr, 0)) continue;
     if (rule.skip) {
       mq.quantized = false;
-      mq.reason = fmt::format("dynamic rule \"-:{}\"", rule.pattern);
+      mq.reason = fmt::format("dynamic rule {}", shown("-:" + rule.pattern));
       return mq;
     }
     mq.bits = rule.bits.value_or(mq.bits);
     mq.group_size = rule.group_size.value_or(mq.group_size);
     mq.sym = rule.sym.value_or(mq.sym);
     mq.desc_act = rule.desc_act.value_or(mq.desc_act);
-    mq.reason = fmt::format("dynamic rule \"{}\"", rule.pattern);
+    mq.reason = fmt::format("dynamic rule {}", shown(rule.pattern));
     return mq;  // the first matching rule wins, as in GPTQModel
   }
   return mq;
@@ -373,32 +395,30 @@ QuantConfig parse_quant_config_text(std::string_view text, const std::string& so
 }
 
 std::optional<QuantConfig> load_quant_config(const std::filesystem::path& dir) {
-  auto read = [](const std::filesystem::path& p) {
+  namespace fs = std::filesystem;
+  auto read = [](const fs::path& p) {
+    return detail::read_regular_file(p, kMaxConfigBytes, "quantization config");
+  };
+  auto present = [](const fs::path& p) {
     std::error_code ec;
-    auto size = std::filesystem::file_size(p, ec);
-    if (ec) throw Error(fmt::format("cannot read {}: {}", p.string(), ec.message()));
-    if (size > kMaxConfigBytes) {
-      throw Error(fmt::format("{} is {} bytes, larger than the {}-byte limit for a config",
-                              p.string(), size, kMaxConfigBytes));
-    }
-    std::ifstream in(p, std::ios::binary);
-    std::string text(size_t(size), '\0');
-    in.read(text.data(), std::streamsize(size));
-    if (!in) throw Error(fmt::format("cannot read {}", p.string()));
-    return text;
+    return fs::exists(p, ec) || fs::is_symlink(p, ec);
   };
   std::vector<QuantConfig> found;
   auto config = dir / "config.json";
-  if (std::filesystem::exists(config)) {
-    ojson doc = detail::parse_json<ojson>(read(config), config.string());
+  if (present(config)) {
+    const std::string source = escape_untrusted(config.string(), 400);
+    static const std::vector<std::string> kWanted = {"quantization_config"};
+    ojson doc = detail::parse_json<ojson>(read(config), source, detail::kMaxJsonValues, &kWanted);
     if (doc.is_object() && doc.contains("quantization_config") &&
         !doc["quantization_config"].is_null()) {
-      found.push_back(parse_quant_config(doc["quantization_config"], config.string()));
+      found.push_back(parse_quant_config(doc["quantization_config"], source));
     }
   }
   for (const char* name : {"quantize_config.json", "quant_config.json"}) {
     auto p = dir / name;
-    if (std::filesystem::exists(p)) found.push_back(parse_quant_config_text(read(p), p.string()));
+    if (present(p)) {
+      found.push_back(parse_quant_config_text(read(p), escape_untrusted(p.string(), 400)));
+    }
   }
   if (found.empty()) return std::nullopt;
   const QuantConfig& first = found.front();
@@ -407,7 +427,8 @@ std::optional<QuantConfig> load_quant_config(const std::filesystem::path& dir) {
     auto field = [&](const char* key, auto a, auto b) {
       if (a != b) {
         throw Error(fmt::format("{} and {} disagree on {} ({} vs {})", first.source, other.source,
-                                key, a, b));
+                                key, escape_untrusted(fmt::format("{}", a), 100),
+                                escape_untrusted(fmt::format("{}", b), 100)));
       }
     };
     field("quant_method", quant_method_name(first.method), quant_method_name(other.method));

@@ -2,6 +2,7 @@
 #include <nibble/error.hpp>
 #include <nibble/safetensors.hpp>
 #include <nibble/sdk/numeric.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,7 +16,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "safetensors_json.hpp"
+#include "io/regular_file.hpp"
+#include "safetensors_header.hpp"
+#include "text/name_text.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors stores little-endian data; nibble reads it in place");
@@ -52,13 +55,6 @@ uint64_t read_le64(const std::byte* p) {
   return v;
 }
 
-// A non-negative integer from a JSON value, or nullopt when it is anything else.
-std::optional<uint64_t> json_uint(const nlohmann::json& v) {
-  if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) return uint64_t(v.get<int64_t>());
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::string_view dtype_name(DType dtype) { return info(dtype).name; }
@@ -81,6 +77,9 @@ DType from_dlpack(DLDataType dtype) {
 }
 
 int64_t TensorView::numel() const {
+  // Shapes from files are checked to fit in int64 when their zeros are left out; a zero anywhere
+  // makes the product 0 without multiplying the others first.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
@@ -113,37 +112,24 @@ double TensorView::as_double(size_t i) const {
       return d;
     }
     default:
-      throw Error(fmt::format("tensor {} in {}: dtype {} is not a float type", name, file,
-                              dtype_name(dtype)));
+      throw Error(fmt::format("tensor {} in {}: dtype {} is not a float type",
+                              detail::name_text(name), file, dtype_name(dtype)));
   }
 }
 
 std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
   std::shared_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path.string();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw Error(
-        fmt::format("cannot open safetensors file {}: {}", file->path_, std::strerror(errno)));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(fmt::format("safetensors file {} is not a regular file", file->path_));
-  }
-  size_t size = size_t(st.st_size);
+  detail::RegularFile in(path, "safetensors file");
+  const std::string f = escape_untrusted(file->path_, 400);
+  size_t size = size_t(in.size());
   if (size < 8) {
-    ::close(fd);
-    throw Error(
-        fmt::format("safetensors file {} is {} bytes, too short for the 8-byte header "
-                    "length",
-                    file->path_, size));
+    throw Error(fmt::format(
+        "safetensors file {} is {} bytes, too short for the 8-byte header length", f, size));
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, in.fd(), 0);
   if (map == MAP_FAILED) {
-    throw Error(
-        fmt::format("cannot map safetensors file {}: {}", file->path_, std::strerror(errno)));
+    throw Error(fmt::format("cannot map safetensors file {}: {}", f, std::strerror(errno)));
   }
   file->map_ = map;
   file->map_size_ = size;
@@ -165,20 +151,17 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 void SafetensorsFile::parse(const std::byte* image, size_t size) {
-  const std::string& f = path_;
+  const std::string f = escape_untrusted(path_, 400);
   if (size < 8) {
-    throw Error(
-        fmt::format("safetensors file {} is {} bytes, too short for the 8-byte header "
-                    "length",
-                    f, size));
+    throw Error(fmt::format(
+        "safetensors file {} is {} bytes, too short for the 8-byte header length", f, size));
   }
   // Everything the header claims is checked against the file before anything is allocated.
   uint64_t header_len = read_le64(image);
   if (header_len > size - 8) {
     throw Error(
-        fmt::format("safetensors file {}: header length {} is larger than the file ({} "
-                    "bytes)",
-                    f, header_len, size));
+        fmt::format("safetensors file {}: header length {} is larger than the file ({} bytes)", f,
+                    header_len, size));
   }
   if (header_len > kMaxHeaderBytes) {
     throw Error(fmt::format("safetensors file {}: header length {} exceeds the {}-byte limit", f,
@@ -189,101 +172,17 @@ void SafetensorsFile::parse(const std::byte* image, size_t size) {
                             header_len));
   }
   std::string_view text(reinterpret_cast<const char*>(image + 8), size_t(header_len));
-  nlohmann::json header = detail::parse_json(text, "safetensors file " + f + " header");
-  if (!header.is_object()) {
-    throw Error(fmt::format("safetensors file {}: header is JSON {} but must be an object", f,
-                            header.type_name()));
-  }
-  if (header.size() > kMaxTensorsPerFile + 1) {
-    throw Error(fmt::format("safetensors file {}: header lists {} entries, more than the limit {}",
-                            f, header.size(), kMaxTensorsPerFile));
-  }
+  detail::ParsedHeader header = detail::parse_safetensors_header(text, f);
+  metadata_ = std::move(header.metadata);
+  std::vector<detail::HeaderEntry>& entries = header.tensors;
   const std::byte* data = image + 8 + header_len;
-  const uint64_t data_size = size - 8 - header_len;
+  const uint64_t data_start = 8 + header_len;
+  const uint64_t data_size = size - data_start;
 
-  struct Entry {
-    uint64_t begin, end;
-    size_t index;
-  };
-  std::vector<Entry> entries;
-  tensors_.reserve(header.size());
-  for (const auto& item : header.items()) {
-    // Named copies rather than structured bindings: lambdas below capture them.
-    const std::string& name = item.key();
-    const nlohmann::json& value = item.value();
-    if (name == "__metadata__") {
-      if (!value.is_object()) {
-        throw Error(
-            fmt::format("safetensors file {}: __metadata__ must be an object of strings, "
-                        "found {}",
-                        f, value.type_name()));
-      }
-      for (const auto& [key, v] : value.items()) {
-        if (!v.is_string()) {
-          throw Error(
-              fmt::format("safetensors file {}: __metadata__[\"{}\"] must be a string, "
-                          "found {}",
-                          f, key, v.type_name()));
-        }
-        metadata_[key] = v.get<std::string>();
-      }
-      continue;
-    }
-    auto fail = [&](const std::string& what) {
-      return Error(fmt::format("safetensors file {}: tensor {}: {}", f, name, what));
-    };
-    if (!value.is_object())
-      throw fail(fmt::format("entry is {}, expected an object", value.type_name()));
-    auto dt = value.find("dtype");
-    auto sh = value.find("shape");
-    auto off = value.find("data_offsets");
-    if (dt == value.end() || !dt->is_string()) throw fail("missing or non-string \"dtype\"");
-    if (sh == value.end() || !sh->is_array()) throw fail("missing or non-array \"shape\"");
-    if (off == value.end() || !off->is_array() || off->size() != 2) {
-      throw fail("missing \"data_offsets\" or not a [begin, end] pair");
-    }
-    auto dtype = parse_dtype(dt->get<std::string>());
-    if (!dtype) {
-      throw fail(
-          fmt::format("unknown dtype \"{}\" (supported: F16, BF16, F32, F64, I8, U8, I16, "
-                      "I32, I64, BOOL)",
-                      dt->get<std::string>()));
-    }
-    if (sh->size() > kMaxRank) throw fail(fmt::format("rank {} exceeds {}", sh->size(), kMaxRank));
-    TensorView view;
-    view.name = name;
-    view.file = f;
-    view.dtype = *dtype;
-    uint64_t numel = 1;
-    for (const auto& d : *sh) {
-      auto dim = json_uint(d);
-      if (!dim || *dim > uint64_t(INT64_MAX))
-        throw fail("shape " + sh->dump() + " has a dimension that is not a non-negative integer");
-      if (__builtin_mul_overflow(numel, *dim, &numel))
-        throw fail("shape " + sh->dump() + " overflows");
-      view.shape.push_back(int64_t(*dim));
-    }
-    uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(numel, uint64_t(dtype_size(*dtype)), &nbytes)) {
-      throw fail("shape " + sh->dump() + " overflows in bytes");
-    }
-    auto begin = json_uint((*off)[0]);
-    auto end = json_uint((*off)[1]);
-    if (!begin || !end || *begin > *end) {
-      throw fail("data_offsets " + off->dump() + " are not two non-negative integers begin <= end");
-    }
-    if (*end - *begin != nbytes) {
-      throw fail(fmt::format("data_offsets [{}, {}] span {} bytes but dtype {} x shape {} needs {}",
-                             *begin, *end, *end - *begin, dtype_name(*dtype), sh->dump(), nbytes));
-    }
-    view.nbytes = size_t(nbytes);
-    entries.push_back({*begin, *end, tensors_.size()});
-    tensors_.push_back(std::move(view));
-  }
-
-  // Offsets: sorted order, no overlap, inside the data section. A file whose tensors tile the data
-  // section contiguously but end past the file was cut short; anything else is a lying offset.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  // The tensors must tile the data section exactly, as the reference reader requires: sorted by
+  // offset, each starting where the previous one ends, the last ending at the end of the file. A
+  // file whose tensors tile contiguously but end past the file was cut short.
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   bool contiguous = true;
@@ -293,38 +192,59 @@ void SafetensorsFile::parse(const std::byte* image, size_t size) {
     cursor = std::max(cursor, e.end);
   }
   const uint64_t promised = cursor;
+  for (const auto& e : entries) {
+    if (e.end <= data_size) continue;
+    const std::string name = detail::name_text(e.name);
+    if (contiguous) {
+      throw Error(
+          fmt::format("safetensors file {} is truncated: tensor {} (and every tensor after it) "
+                      "needs bytes past the end of the file (data_offsets [{}, {}]; data section "
+                      "is {} bytes, header promises {})",
+                      f, name, e.begin, e.end, data_size, promised));
+    }
+    throw Error(
+        fmt::format("safetensors file {}: tensor {}: data_offsets [{}, {}] point past the end of "
+                    "the {}-byte data section",
+                    f, name, e.begin, e.end, data_size));
+  }
+  uint64_t covered = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
-    const auto& name = tensors_[e.index].name;
-    if (e.end > data_size) {
-      if (contiguous) {
-        throw Error(
-            fmt::format("safetensors file {} is truncated: tensor {} (and every tensor "
-                        "after it) needs bytes past the end of the file (data_offsets [{}, "
-                        "{}]; data section is {} bytes, header promises {})",
-                        f, name, e.begin, e.end, data_size, promised));
-      }
-      throw Error(
-          fmt::format("safetensors file {}: tensor {}: data_offsets [{}, {}] point past the "
-                      "end of the {}-byte data section",
-                      f, name, e.begin, e.end, data_size));
-    }
-    if (i > 0 && e.begin < entries[i - 1].end) {
+    const std::string name = detail::name_text(e.name);
+    if (e.begin < covered) {
       const auto& prev = entries[i - 1];
       throw Error(
-          fmt::format("safetensors file {}: tensor {}: data_offsets [{}, {}] overlap tensor "
-                      "{} at [{}, {}]",
-                      f, name, e.begin, e.end, tensors_[prev.index].name, prev.begin, prev.end));
+          fmt::format("safetensors file {}: tensor {}: data_offsets [{}, {}] overlap tensor {} at "
+                      "[{}, {}] (file offset {})",
+                      f, name, e.begin, e.end, detail::name_text(prev.name), prev.begin, prev.end,
+                      data_start + e.begin));
     }
+    if (e.begin > covered) {
+      throw Error(
+          fmt::format("safetensors file {}: {} unused bytes in the data section at file offset "
+                      "{} (data offset {}), before tensor {}; tensors must be stored back to "
+                      "back",
+                      f, e.begin - covered, data_start + covered, covered, name));
+    }
+    covered = e.end;
   }
-  std::vector<TensorView> ordered;
-  ordered.reserve(tensors_.size());
-  for (const auto& e : entries) {
-    TensorView v = std::move(tensors_[e.index]);
+  if (covered != data_size) {
+    throw Error(
+        fmt::format("safetensors file {}: {} trailing bytes after the last tensor, at file "
+                    "offset {} (the data section is {} bytes, the tensors cover {})",
+                    f, data_size - covered, data_start + covered, data_size, covered));
+  }
+  tensors_.reserve(entries.size());
+  for (auto& e : entries) {
+    TensorView v;
+    v.name = std::move(e.name);
+    v.file = f;
+    v.dtype = e.dtype;
+    v.shape = std::move(e.shape);
+    v.nbytes = size_t(e.nbytes);
     v.data = data + e.begin;
-    ordered.push_back(std::move(v));
+    tensors_.push_back(std::move(v));
   }
-  tensors_ = std::move(ordered);
   for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
 }
 
@@ -335,7 +255,8 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
 
 const TensorView& SafetensorsFile::tensor(std::string_view name) const {
   if (const TensorView* t = find(name)) return *t;
-  throw Error(fmt::format("safetensors file {} has no tensor {}", path_, name));
+  throw Error(fmt::format("safetensors file {} has no tensor {}", escape_untrusted(path_, 400),
+                          detail::name_text(name)));
 }
 
 }  // namespace nibble

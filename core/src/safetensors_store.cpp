@@ -2,88 +2,108 @@
 #include <nibble/error.hpp>
 #include <nibble/output_file.hpp>
 #include <nibble/safetensors.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/format.h>
 
 #include <cstring>
 #include <fstream>
 #include <set>
-#include <sstream>
 
-#include "safetensors_json.hpp"
+#include "io/regular_file.hpp"
+#include "json/untrusted_json.hpp"
+#include "text/name_text.hpp"
 
 namespace nibble {
 
 namespace {
 
-std::string read_small_file(const std::filesystem::path& path, uint64_t limit) {
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  if (ec) throw Error(fmt::format("cannot read {}: {}", path.string(), ec.message()));
-  if (size > limit) {
-    throw Error(
-        fmt::format("{} is {} bytes, larger than the {}-byte limit", path.string(), size, limit));
+// A shard named by an index must be a plain file name whose real location (symlinks resolved) is
+// inside the index's directory: a downloaded index cannot make nibble read files elsewhere.
+std::filesystem::path shard_path(const std::filesystem::path& index, const std::string& shard,
+                                 const std::string& tensor) {
+  namespace fs = std::filesystem;
+  const std::string where =
+      fmt::format("shard index {}: weight_map[{}] = {}", escape_untrusted(index.string(), 400),
+                  detail::name_text(tensor), detail::name_text(shard));
+  if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == ".." ||
+      shard.find('\0') != std::string::npos) {
+    throw Error(where + " is not a plain file name in the checkpoint directory");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot open {}", path.string()));
-  std::string text(size_t(size), '\0');
-  in.read(text.data(), std::streamsize(size));
-  if (!in) throw Error(fmt::format("cannot read {}", path.string()));
-  return text;
+  const fs::path dir = index.parent_path().empty() ? fs::path(".") : index.parent_path();
+  const fs::path path = dir / shard;
+  std::error_code ec;
+  const fs::path real_dir = fs::canonical(dir, ec);
+  if (ec) throw Error(where + ": cannot resolve the checkpoint directory: " + ec.message());
+  const fs::path real = fs::weakly_canonical(path, ec);
+  if (ec) throw Error(where + ": cannot resolve " + detail::name_text(path.string()));
+  auto inside = [&](const fs::path& root) {
+    const fs::path rel = real.lexically_relative(root);
+    return !rel.empty() && *rel.begin() != ".." && !rel.is_absolute() && rel != ".";
+  };
+  // The Hugging Face cache keeps a revision's files in <repo>/snapshots/<rev>/ as links into
+  // <repo>/blobs/: that one place outside the folder belongs to the same download.
+  const bool hub_snapshot = real_dir.parent_path().filename() == "snapshots";
+  if (!inside(real_dir) &&
+      !(hub_snapshot && inside(real_dir.parent_path().parent_path() / "blobs"))) {
+    throw Error(where + " leads to " + detail::name_text(real.string()) +
+                ", outside the checkpoint directory " + detail::name_text(real_dir.string()) +
+                "; shards must live beside the index");
+  }
+  return path;
 }
 
 }  // namespace
 
 TensorStore TensorStore::open(const std::filesystem::path& path) {
   TensorStore store;
-  store.source_ = path.string();
+  store.source_ = escape_untrusted(path.string(), 400);
+  std::map<const TensorView*, const SafetensorsFile*> owner;
   auto add_file = [&](std::shared_ptr<const SafetensorsFile> file) {
     for (const auto& t : file->tensors()) {
       auto [it, inserted] = store.index_.emplace(t.name, &t);
       if (!inserted) {
-        throw Error(fmt::format("tensor {} appears in both {} and {}", t.name, it->second->file,
-                                file->path()));
+        throw Error(fmt::format("tensor {} appears in both {} and {}", detail::name_text(t.name),
+                                it->second->file, t.file));
       }
+      owner.emplace(&t, file.get());
     }
     store.files_.push_back(std::move(file));
   };
   if (path.filename().string().ends_with(".index.json")) {
-    std::string text = read_small_file(path, kMaxHeaderBytes);
-    auto index = detail::parse_json(text, "shard index " + path.string());
+    const std::string label = "shard index " + escape_untrusted(path.string(), 400);
+    std::string text = detail::read_regular_file(path, kMaxHeaderBytes, "shard index");
+    auto index = detail::parse_json(text, label);
     auto map = index.is_object() ? index.find("weight_map") : index.end();
     if (!index.is_object() || map == index.end() || !map->is_object()) {
-      throw Error(fmt::format("shard index {}: expected an object with a \"weight_map\" object",
-                              path.string()));
+      throw Error(label + ": expected an object with a \"weight_map\" object");
     }
-    std::set<std::string> shards;
+    std::map<std::string, std::filesystem::path> shards;
     for (const auto& [name, shard] : map->items()) {
       if (!shard.is_string()) {
-        throw Error(fmt::format("shard index {}: weight_map[\"{}\"] must be a file name string",
-                                path.string(), name));
+        throw Error(fmt::format("{}: weight_map[{}] must be a file name string, found {}", label,
+                                detail::name_text(name), shard.type_name()));
       }
-      std::string s = shard.get<std::string>();
-      // Shards live beside the index: a path that leaves the directory is refused.
-      if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..") {
-        throw Error(
-            fmt::format("shard index {}: weight_map[\"{}\"] = \"{}\" is not a plain file "
-                        "name in the checkpoint directory",
-                        path.string(), name, s));
-      }
-      shards.insert(s);
+      const std::string& s = shard.get_ref<const std::string&>();
+      if (!shards.count(s)) shards.emplace(s, shard_path(path, s, name));
     }
-    if (shards.empty())
-      throw Error(fmt::format("shard index {}: weight_map is empty", path.string()));
-    for (const auto& s : shards) add_file(SafetensorsFile::open(path.parent_path() / s));
+    if (shards.empty()) throw Error(label + ": weight_map is empty");
+    std::map<std::string, const SafetensorsFile*> by_name;
+    for (const auto& [s, p] : shards) {
+      add_file(SafetensorsFile::open(p));
+      by_name.emplace(s, store.files_.back().get());
+    }
     for (const auto& [name, shard] : map->items()) {
       auto it = store.index_.find(name);
-      std::string expected = (path.parent_path() / shard.get<std::string>()).string();
+      const SafetensorsFile* expected = by_name.at(shard.get<std::string>());
       if (it == store.index_.end()) {
-        throw Error(fmt::format("shard index {} maps tensor {} to {}, which does not contain it",
-                                path.string(), name, expected));
+        throw Error(fmt::format("{} maps tensor {} to {}, which does not contain it", label,
+                                detail::name_text(name), escape_untrusted(expected->path(), 400)));
       }
-      if (it->second->file != expected) {
-        throw Error(fmt::format("shard index {} maps tensor {} to {}, but it is in {}",
-                                path.string(), name, expected, it->second->file));
+      if (owner.at(it->second) != expected) {
+        throw Error(fmt::format("{} maps tensor {} to {}, but it is in {}", label,
+                                detail::name_text(name), escape_untrusted(expected->path(), 400),
+                                it->second->file));
       }
     }
   } else {
@@ -99,7 +119,7 @@ const TensorView* TensorStore::find(std::string_view name) const {
 
 const TensorView& TensorStore::tensor(std::string_view name) const {
   if (const TensorView* t = find(name)) return *t;
-  throw Error(fmt::format("tensor {} is not in {}", name, source_));
+  throw Error(fmt::format("tensor {} is not in {}", detail::name_text(name), source_));
 }
 
 std::vector<std::string> TensorStore::names() const {

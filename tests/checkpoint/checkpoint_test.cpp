@@ -193,7 +193,7 @@ TEST_F(WrittenCheckpoint, ShapesContradictingTheConfig) {
       {kQProj + ".scales", "model.safetensors", "[4, 48]", "expected [2, 48]", "group_size = 64"});
   write(encoded(), gptq_config(8, 32, false, "gptq"));
   expect_mentions(error_of([&] { Checkpoint::open(dir_.path()); }),
-                  {kQProj + ".g_idx", "expected [64]", "bits=8"});
+                  {kQProj + ".qweight", "[16, 48]", "bits=8", "g_idx [128]", "scales [4, 48]"});
 }
 
 TEST_F(WrittenCheckpoint, WrongDtypeAndMissingTensors) {

@@ -178,11 +178,13 @@ TEST(Gptq, ShapesAreCheckedAgainstTheConfig) {
                     get_scheme(SchemeKind::GptqV1).decode(enc.layer, {4, 64, false});
                   }),
                   {"layer.scales", "[4, 16]", "expected [2, 16]", "group_size = 64"});
-  // bits 8 in the config: qweight [16, 16] packs K = 64, but g_idx holds 128.
+  // bits 8 in the config: qweight [16, 16] packs K = 64, but g_idx (128) and scales (4 groups of
+  // 32) both say K = 128: qweight is the odd one out.
   expect_mentions(error_of([&] {
                     get_scheme(SchemeKind::GptqV1).decode(enc.layer, {8, 32, false});
                   }),
-                  {"layer.g_idx", "expected [64]", "bits=8"});
+                  {"layer.qweight", "[16, 16]", "K = 64", "bits=8", "g_idx [128]", "scales [4, 16]",
+                   "both say K = 128"});
   expect_mentions(error_of([&] {
                     get_scheme(SchemeKind::GptqV1).decode(enc.layer, {3, 32, false});
                   }),

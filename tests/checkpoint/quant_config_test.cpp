@@ -147,7 +147,7 @@ TEST(QuantConfig, DynamicOverridesAndSkips) {
   // Backreferences and lookaround need a backtracking engine: refused by name, never ignored.
   expect_mentions(
       refuse(R"J({"quant_method":"gptq","bits":4,"group_size":128,"dynamic":{"(a)\\1":{}}})J"),
-      {"dynamic rule", "(a)\\1", "regex", "backreferences"});
+      {"dynamic rule", "(a)\\\\1", "regex", "backreferences"});  // the backslash escaped
   expect_mentions(
       refuse(R"J({"quant_method":"gptq","bits":4,"group_size":128,"dynamic":{"(?=a)b":{}}})J"),
       {"dynamic rule", "(?=a)b", "regex"});

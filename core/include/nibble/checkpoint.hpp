@@ -148,6 +148,11 @@ class Checkpoint {
   std::map<std::string, std::pair<int, std::string>> quantized_despite_;
 };
 
+/// Values that open() does not read but that make results meaningless, one line per tensor: scales
+/// of quantized layers and MoE router weights holding NaN or infinity (with the count and the
+/// first element). Reads every such tensor once; `nibble inspect` reports them as warnings.
+std::vector<std::string> find_suspect_values(const Checkpoint& checkpoint);
+
 /// "qwen" or "mixtral".
 std::string_view moe_style_name(MoeStyle style);
 

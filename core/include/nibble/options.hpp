@@ -47,6 +47,10 @@ NumericMode parse_mode(const std::string& text, const std::string& source);
 /// The mode's name ("w4a16", "w4a8").
 const char* mode_name(NumericMode mode);
 
+/// The backend names of a --backend value ("auto" for an empty one), trimmed; throws
+/// nibble::Error naming `source` when an item is empty ("," or "a,,b").
+std::vector<std::string> parse_backend_list(const std::string& text, const std::string& source);
+
 /// Split "a,b,,c" into {"a","b","c"} (trimmed, empties dropped).
 std::vector<std::string> split_list(const std::string& text, char separator);
 

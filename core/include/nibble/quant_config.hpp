@@ -60,7 +60,7 @@ struct QuantConfig {
   bool lm_head = false;                             ///< the lm_head is quantized too
   std::vector<std::string> modules_to_not_convert;  ///< substrings of module names left dense
   std::vector<DynamicRule> dynamic;                 ///< GPTQModel per-module overrides, in order
-  std::string source;                               ///< the file it was read from
+  std::string source;  ///< the file it was read from, escaped for messages
 
   /// The effective quantization of module `prefix` (e.g. "model.layers.0.mlp.down_proj").
   ModuleQuant for_module(std::string_view prefix) const;
@@ -69,8 +69,9 @@ struct QuantConfig {
 };
 
 /// Parse a `quantization_config` object (or a quantize_config.json / quant_config.json
-/// document); `source` names it in messages. Throws nibble::Error naming the key, the value
-/// found and the supported values for anything unsupported (bits 2/3, marlin, bitblas, gemv, ...).
+/// document); `source` (already escaped) names it in messages. Throws nibble::Error naming the key,
+/// the value found and the supported values for anything unsupported (bits 2/3, marlin, bitblas,
+/// gemv, ...).
 QuantConfig parse_quant_config(const nlohmann::ordered_json& object, const std::string& source);
 
 /// Parse JSON text: a config.json (its `quantization_config` is used) or a bare quantization

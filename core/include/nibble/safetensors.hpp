@@ -39,8 +39,8 @@ inline constexpr size_t kMaxRank = 8;
 /// A borrowed view of one tensor inside a mapped file (or an owned buffer). Data may be
 /// unaligned: read elements through the accessors, which copy bytes.
 struct TensorView {
-  std::string name;          ///< full tensor name
-  std::string file;          ///< the file it lives in, for messages
+  std::string name;          ///< full tensor name, as stored (escape it before printing)
+  std::string file;          ///< the file it lives in, already escaped for messages
   DType dtype = DType::F32;  ///< element type
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;
@@ -58,10 +58,14 @@ struct TensorView {
   std::span<const std::byte> bytes() const { return {data, nbytes}; }
 };
 
-/// One safetensors file, validated at open and mapped read-only for its life.
+/// One safetensors file, validated at open and mapped read-only for its life. Validation follows
+/// the reference reader: a regular file, a header of at most kMaxHeaderBytes holding one JSON
+/// object and nothing after it but spaces, no duplicate keys, and tensors that tile the data
+/// section exactly (no holes, overlaps or trailing bytes).
 class SafetensorsFile {
  public:
-  /// Map and validate `path`; throws nibble::Error naming the file (and tensor) on any defect.
+  /// Map and validate `path`; throws nibble::Error naming the file (and tensor, and the byte
+  /// offset where it applies) on any defect, and without blocking when `path` is a FIFO.
   static std::shared_ptr<const SafetensorsFile> open(const std::filesystem::path& path);
   /// Validate an in-memory image (copied); `label` stands in for the file name in messages.
   static std::shared_ptr<const SafetensorsFile> from_bytes(std::span<const std::byte> bytes,
@@ -108,7 +112,7 @@ class TensorStore {
   std::vector<std::string> names() const;
   /// The files behind this store.
   const std::vector<std::shared_ptr<const SafetensorsFile>>& files() const { return files_; }
-  /// What the store was opened from.
+  /// What the store was opened from, escaped for messages.
   const std::string& source() const { return source_; }
 
  private:

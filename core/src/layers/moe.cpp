@@ -4,6 +4,7 @@
 #include <nibble/log.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/sdk/numeric.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "prepared_kernel.hpp"
+#include "text/name_text.hpp"
 
 namespace nibble {
 
@@ -64,8 +66,11 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
                          [&](const MoeInfo& b) { return b.prefix == prefix; });
   if (it == blocks.end()) {
     std::string known;
-    for (const auto& b : blocks) known += "\n  " + b.prefix;
-    throw Error("checkpoint " + ckpt.directory().string() + " has no MoE block '" + prefix + "'" +
+    for (size_t i = 0; i < blocks.size() && i < 8; ++i)
+      known += "\n  " + escape_untrusted(blocks[i].prefix, 200);
+    if (blocks.size() > 8) known += "\n  ... (" + std::to_string(blocks.size() - 8) + " more)";
+    throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
+                " has no MoE block '" + detail::name_text(prefix) + "'" +
                 (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   const MoeInfo& info = *it;
@@ -74,28 +79,32 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   layer.hidden_ = info.hidden;
   layer.top_k_ = opt.top_k > 0 ? opt.top_k : info.top_k;
   if (layer.top_k_ <= 0)
-    throw Error("MoE block " + prefix + ": top-k is unknown (config.json has no " +
+    throw Error("MoE block " + detail::name_text(prefix) +
+                ": top-k is unknown (config.json has no " +
                 "num_experts_per_tok); pass it (--top-k K)");
   if (layer.top_k_ > info.num_experts)
-    throw Error("MoE block " + prefix + ": top-k " + std::to_string(layer.top_k_) +
-                " exceeds the " + std::to_string(info.num_experts) + " experts");
+    throw Error("MoE block " + detail::name_text(prefix) + ": top-k " +
+                std::to_string(layer.top_k_) + " exceeds the " + std::to_string(info.num_experts) +
+                " experts");
   layer.renormalize_ = opt.renormalize.value_or(info.norm_topk_prob);
   std::string scoring = opt.scoring.empty() ? info.scoring : opt.scoring;
   if (scoring != "softmax" && scoring != "sigmoid")
-    throw Error("MoE block " + prefix + ": router scoring '" + scoring +
-                "' is not one of softmax, sigmoid");
+    throw Error("MoE block " + detail::name_text(prefix) + ": router scoring " +
+                detail::name_text(scoring) + " is not one of softmax, sigmoid");
   layer.sigmoid_ = scoring == "sigmoid";
   if (info.scheme == "dense")
-    throw Error("MoE block " + prefix +
+    throw Error("MoE block " + detail::name_text(prefix) +
                 ": its experts are not quantized; nibble runs GPTQ/AWQ "
                 "experts only");
   if (info.w13_bits != info.w2_bits)
-    throw Error("MoE block " + prefix + ": gate/up use " + std::to_string(info.w13_bits) +
-                " bits but down uses " + std::to_string(info.w2_bits) + "; expected one width");
+    throw Error("MoE block " + detail::name_text(prefix) + ": gate/up use " +
+                std::to_string(info.w13_bits) + " bits but down uses " +
+                std::to_string(info.w2_bits) + "; expected one width");
 
   layer.router_ = make_dense(*registry_, options_, ckpt, info.router_prefix, "router");
   if (layer.router_->desc().N != info.num_experts || layer.router_->desc().K != info.hidden)
-    throw Error("MoE block " + prefix + ": router " + info.router_prefix + " is [" +
+    throw Error("MoE block " + detail::name_text(prefix) + ": router " +
+                detail::name_text(info.router_prefix) + " is [" +
                 std::to_string(layer.router_->desc().N) + ", " +
                 std::to_string(layer.router_->desc().K) + "], expected [" +
                 std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
@@ -122,7 +131,8 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   first = {};
   Selection sel = registry_->select(d, options_.backend);
   if (!sel.passed_over.empty()) {
-    std::string msg = prefix + " (experts) runs on " + sel.kernel->full_name() + " because:";
+    std::string msg =
+        detail::name_text(prefix) + " (experts) runs on " + sel.kernel->full_name() + " because:";
     for (const auto& p : sel.passed_over) msg += "\n  " + p;
     log(LogLevel::Warning, "core", msg);
   }

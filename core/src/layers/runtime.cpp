@@ -3,11 +3,13 @@
 #include <nibble/log.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/sdk/numeric.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <algorithm>
 #include <thread>
 
 #include "prepared_kernel.hpp"
+#include "text/name_text.hpp"
 
 namespace nibble {
 
@@ -19,8 +21,10 @@ int effective_threads(int threads) {
 
 void warn_fallback(const Selection& sel, const std::string& layer, const std::string& part) {
   if (sel.passed_over.empty()) return;
-  std::string msg = layer + " (" + part + ") runs on " + sel.kernel->full_name() + " because:";
-  for (const auto& p : sel.passed_over) msg += "\n  " + p;
+  // The layer name comes from the checkpoint and the reasons from plugins: both escaped.
+  std::string msg = detail::name_text(layer) + " (" + part + ") runs on " +
+                    escape_untrusted(sel.kernel->full_name(), 200) + " because:";
+  for (const auto& p : sel.passed_over) msg += "\n  " + escape_untrusted(p, 1000);
   log(LogLevel::Warning, "core", msg);
 }
 
@@ -75,7 +79,8 @@ std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const Runt
 
 LinearLayer Runtime::dense(const std::string& name, const nibble_dense_weight& w) const {
   if (w.K <= 0 || w.N <= 0 || !w.data || !sdk::is_float_dtype(w.dtype))
-    throw Error("dense layer " + name + ": expected a non-empty f32, f16 or bf16 weight [N][K]");
+    throw Error("dense layer " + detail::name_text(name) +
+                ": expected a non-empty f32, f16 or bf16 weight [N][K]");
   nibble_layer_desc d{};
   d.struct_size = sizeof d;
   d.op = NIBBLE_OP_DENSE;
@@ -104,10 +109,12 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
                          [&](const LayerInfo& l) { return l.prefix == prefix; });
   if (it == layers.end()) {
     std::string known;
-    for (size_t i = 0; i < layers.size() && i < 8; ++i) known += "\n  " + layers[i].prefix;
+    for (size_t i = 0; i < layers.size() && i < 8; ++i)
+      known += "\n  " + escape_untrusted(layers[i].prefix, 200);
     if (layers.size() > 8) known += "\n  ... (" + std::to_string(layers.size() - 8) + " more)";
-    throw Error("checkpoint " + ckpt.directory().string() + " has no linear layer '" + prefix +
-                "'" + (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
+    throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
+                " has no linear layer '" + detail::name_text(prefix) + "'" +
+                (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   if (it->kind == LayerKind::Dense) {
     layer.op_ = make_dense(*registry_, options_, ckpt, prefix, "dense");

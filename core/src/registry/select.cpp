@@ -123,10 +123,7 @@ std::vector<std::string> Registry::explain(const nibble_layer_desc& desc) const 
 
 Selection Registry::select(const nibble_layer_desc& desc, const std::string& backend) const {
   const std::string layer = desc.name ? desc.name : "(unnamed layer)";
-  std::vector<std::string> names = split_list(backend.empty() ? "auto" : backend, ',');
-  if (names.empty())
-    throw Error("backend " + quoted_untrusted(backend) +
-                " names no backend; expected auto, a backend name or a list such as cpu_amx,*");
+  std::vector<std::string> names = parse_backend_list(backend, "backend");
   const bool strict = names.size() == 1 && names[0] != "auto" && names[0] != "*";
 
   Selection sel;

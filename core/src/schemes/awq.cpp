@@ -19,7 +19,7 @@ class AwqGemmScheme final : public Scheme {
   LayerShape check(const LayerTensors& layer, const SchemeParams& p) const override {
     if (p.bits != 4) {
       throw Error(fmt::format("layer {}: bits={} is not supported for AWQ GEMM (supported: 4)",
-                              layer.prefix, p.bits));
+                              layer_name(layer), p.bits));
     }
     const TensorView& qweight = require_tensor(layer.qweight, layer, "qweight", "awq_gemm");
     const TensorView& qzeros = require_tensor(layer.qzeros, layer, "qzeros", "awq_gemm");
@@ -39,6 +39,14 @@ class AwqGemmScheme final : public Scheme {
     LayerShape s;
     s.K = qweight.shape[0];
     s.N = scales.shape[1];
+    // N is stated three times; when qweight and qzeros agree against scales, scales is wrong.
+    if (qweight.shape[1] == qzeros.shape[1] && qweight.shape[1] * 8 != s.N) {
+      throw Error(
+          fmt::format("{} has shape {}, which gives N = {} output channels, but qweight {} and "
+                      "qzeros {} (8 columns per int32) both say N = {}",
+                      where(scales), scales.shape_string(), s.N, qweight.shape_string(),
+                      qzeros.shape_string(), qweight.shape[1] * 8));
+    }
     expect_nonempty(qweight, s.K, s.N);
     if (s.N % 8 != 0) {
       throw Error(

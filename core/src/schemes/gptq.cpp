@@ -5,10 +5,41 @@
 #include <nibble/checkpoint_scheme.hpp>
 
 #include "tensor_checks.hpp"
+#include "text/name_text.hpp"
 
 namespace nibble::schemes {
 
 namespace {
+
+// K and N are each stated by several tensors. When two of them agree and the third differs, the
+// third is the one to name (with every shape and bits), rather than whichever is checked first.
+void blame_outvoted(const LayerTensors& layer, const SchemeParams& p, const LayerShape& s,
+                    int64_t pack) {
+  const TensorView& qweight = *layer.qweight;
+  const TensorView& qzeros = *layer.qzeros;
+  const TensorView& scales = *layer.scales;
+  const int64_t G = scales.shape[0];
+  const TensorView* g_idx = layer.g_idx;
+  if (g_idx && g_idx->shape.size() == 1 && p.group_size > 0) {
+    const int64_t K_g = g_idx->shape[0];
+    if (K_g != s.K && K_g > 0 && groups_for(K_g, p.group_size) == G &&
+        groups_for(s.K, p.group_size) != G) {
+      throw Error(fmt::format(
+          "{} has shape {}, which packs K = {} input channels at bits={} ({} per int32), but "
+          "g_idx {} and scales {} (group_size = {}) both say K = {}",
+          where(qweight), qweight.shape_string(), s.K, p.bits, pack, g_idx->shape_string(),
+          scales.shape_string(), p.group_size, K_g));
+    }
+  }
+  const int64_t N_s = scales.shape[1], N_z = qzeros.shape[1] * pack;
+  if (N_s == N_z && N_s != s.N) {
+    throw Error(
+        fmt::format("{} has shape {}, which gives N = {} output channels, but scales {} and qzeros "
+                    "{} ({} zeros per int32 at bits={}) both say N = {}",
+                    where(qweight), qweight.shape_string(), s.N, scales.shape_string(),
+                    qzeros.shape_string(), pack, p.bits, N_s));
+  }
+}
 
 class GptqScheme final : public Scheme {
  public:
@@ -19,7 +50,7 @@ class GptqScheme final : public Scheme {
     const std::string_view name = scheme_name(kind_);
     if (p.bits != 4 && p.bits != 8) {
       throw Error(fmt::format("layer {}: bits={} is not supported (nibble supports 4 and 8)",
-                              layer.prefix, p.bits));
+                              layer_name(layer), p.bits));
     }
     const int64_t pack = 32 / p.bits;
     const TensorView& qweight = require_tensor(layer.qweight, layer, "qweight", name);
@@ -35,6 +66,7 @@ class GptqScheme final : public Scheme {
     s.K = qweight.shape[0] * pack;
     s.N = qweight.shape[1];
     expect_nonempty(qweight, s.K, s.N);
+    blame_outvoted(layer, p, s, pack);
     if (layer.g_idx) {
       expect_dtype(*layer.g_idx, {DType::I32});
       expect_shape(*layer.g_idx, {s.K},
@@ -247,7 +279,7 @@ SchemeKind resolve_gptq_scheme(const LayerTensors& layer, const SchemeParams& p,
         fmt::format("{}: checkpoint_format says gptq (v1) but every symmetric stored "
                     "zero is {} (the v2 convention; v1 would store {}): loading "
                     "layer {} as gptq_v2 (FORMATS F.2)",
-                    q, half, half - 1, layer.prefix));
+                    q, half, half - 1, detail::name_text(layer.prefix)));
     return SchemeKind::GptqV2;
   }
   if (labelled == SchemeKind::GptqV2 && v1_style == total && total > 0) {

@@ -4,6 +4,7 @@
 #include <nibble/checkpoint_scheme.hpp>
 #include <nibble/error.hpp>
 #include <nibble/sdk/numeric.hpp>
+#include <nibble/untrusted_text.hpp>
 
 #include <fmt/format.h>
 
@@ -12,12 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "text/name_text.hpp"
+
 namespace nibble::schemes {
 
-/// "tensor NAME in FILE".
+/// "tensor 'NAME' in FILE", the name escaped (it comes from the file).
 inline std::string where(const TensorView& t) {
-  return fmt::format("tensor {} in {}", t.name, t.file);
+  return fmt::format("tensor {} in {}", detail::name_text(t.name), t.file);
 }
+
+/// The layer's module name, escaped and quoted for messages.
+inline std::string layer_name(const LayerTensors& layer) { return detail::name_text(layer.prefix); }
 
 /// The tensor `prefix.suffix`, or an error saying it is missing for this layer.
 inline const TensorView& require_tensor(const TensorView* t, const LayerTensors& layer,
@@ -31,8 +37,9 @@ inline const TensorView& require_tensor(const TensorView* t, const LayerTensors&
                          {"bias", layer.bias}}) {
     if (p) present.push_back(name);
   }
-  throw Error(fmt::format("tensor {}.{} is missing for quantized layer {} ({}; present: {})",
-                          layer.prefix, suffix, layer.prefix, scheme, fmt::join(present, "/")));
+  throw Error(fmt::format("tensor {} is missing for quantized layer {} ({}; present: {})",
+                          detail::name_text(layer.prefix + "." + suffix), layer_name(layer), scheme,
+                          fmt::join(present, "/")));
 }
 
 /// Throw unless `t` has one of `dtypes`.
