@@ -166,6 +166,13 @@ bool write_json(const nlohmann::json& out, const Options& o);
 bool parse_options(int argc, char** argv, Options& o, std::string& err);
 
 /// The cold-rotation size of a run: --cold-mib, or twice the L3 and at least 256 MiB.
+/// The run's thread counts as the user writes them: "1,2,16".
+inline std::string thread_list(const Options& o) {
+  std::string out;
+  for (int t : o.threads) out += (out.empty() ? "" : ",") + std::to_string(t);
+  return out;
+}
+
 inline size_t cold_bytes_of(const Options& o, size_t l3) {
   return o.cold_bytes ? o.cold_bytes : std::max<size_t>(2 * l3, size_t(256) << 20);
 }

@@ -218,11 +218,9 @@ int run_linear(const Options& o) {
   const size_t cold = cold_bytes_of(o, l3);
   const bool amx = amx_usable();
   std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
-  std::string counts;
-  for (int t : o.threads) counts += (counts.empty() ? "" : ",") + std::to_string(t);
   std::printf(
       "threads %s, L3 %.0f MiB, cold rotation over >= %.0f MiB of weight copies, AMX peaks %s\n",
-      counts.c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20),
+      thread_list(o).c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20),
       amx ? "measured" : "not available");
   // The second backend, when its plugin is there (npu_ref by default).
   std::unique_ptr<Plugin> other;

@@ -343,12 +343,10 @@ int run_moe(const Options& o) {
   const size_t cold = cold_bytes_of(o, l3);
   const bool amx = amx_usable();
   std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
-  std::string counts;
-  for (int t : o.threads) counts += (counts.empty() ? "" : ",") + std::to_string(t);
   std::printf(
       "threads %s, L3 %.0f MiB, each variant cycles over >= %.0f MiB of layer copies, AMX peaks "
       "%s\n",
-      counts.c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20),
+      thread_list(o).c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20),
       amx ? "measured" : "not available");
   nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
   LimitsByThreads limits;

@@ -9,21 +9,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "file_kind.hpp"
 #include "text/name_text.hpp"
 
 namespace nibble::detail {
-namespace {
-
-const char* kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-}  // namespace
 
 RegularFile::RegularFile(const std::filesystem::path& path, const std::string& what)
     : label_(what + " " + detail::name_text(path.string())) {
@@ -37,7 +26,7 @@ RegularFile::RegularFile(const std::filesystem::path& path, const std::string& w
   }
   if (!S_ISREG(stat_.st_mode)) {
     ::close(fd_);
-    throw Error(label_ + " is " + kind_of(stat_.st_mode) + "; expected a regular file");
+    throw Error(label_ + " is " + file_kind(stat_.st_mode) + "; expected a regular file");
   }
 }
 
