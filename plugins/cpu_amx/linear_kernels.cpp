@@ -1,8 +1,9 @@
 // Dispatch and threading of the quantized linear kernels. Compiled without ISA flags: it only
 // picks, by the probe's ISA level (re-read at every prepare), which micro-kernel file runs, and
-// splits the work over the worker pool (worker_pool.hpp) in one dispatch per call: each part
-// prepares its share of the activation rows, waits at a barrier, then runs its static slice of
-// rows × panels, so a thread keeps its slice of the weight from call to call.
+// splits the work over the worker pool (worker_pool.hpp) in one dispatch per call: the threads
+// prepare the activation rows in blocks any of them takes, wait until all are done, then run the
+// units of a static split of rows × panels, each thread its own first (so it keeps its slice of
+// the weight from call to call), then those of late threads.
 #include "linear_kernels.hpp"
 
 #include "activations.hpp"
@@ -133,8 +134,13 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
   ItemQueues units(parts, parts * kUnitsPerPart);
   WorkerPool::instance().run(parts, [&](int part) {
     for (int64_t b; (b = fill_next.fetch_add(1, std::memory_order_relaxed)) < fill_blocks;) {
+      // Counted done even when it throws, or the other threads would wait forever; the pool
+      // rethrows the exception to the caller.
+      struct Done {
+        std::atomic<int64_t>& n;
+        ~Done() { n.fetch_add(1, std::memory_order_release); }
+      } done{fill_done};
       prepare(32 * b, std::min(rows, 32 * (b + 1)));
-      fill_done.fetch_add(1, std::memory_order_release);
     }
     wait_until(fill_done, fill_blocks);
     units.drain(part, [&](int64_t u) {
