@@ -38,6 +38,7 @@ struct Options {
   bool dispatch = false;          ///< run the per-call cost probe instead (dispatch_probe.cpp)
   int64_t dispatch_calls = 2000;  ///< the probe's calls per layer, at least
   double dispatch_seconds = 0.5;  ///< and its time per layer, at least
+  int64_t dispatch_gap_us = 0;    ///< idle time between the probe's calls (the rest of a model)
   size_t cold_bytes = 0;          // 0: 2 × L3
   bool onednn = true, warm = true;
   std::string baseline = "npu_ref";  ///< a second backend timed in the same rounds ("none": off)

@@ -21,7 +21,7 @@ const char* kUsage =
     "         [--min-seconds S] [--cold-mib MIB] [--no-onednn] [--no-warm] [--json FILE]\n"
     "         [--baseline NAME|none] [--baseline-max-m M] [--report DIR [--from FILE.json]]\n"
     "         [--moe mixtral,qwen3,deepseek]\n"
-    "         [--dispatch [--dispatch-calls N] [--dispatch-seconds S]]\n"
+    "         [--dispatch [--dispatch-calls N] [--dispatch-seconds S] [--dispatch-gap-us U]]\n"
     "Times the backend's quantized linear kernels against the machine's measured read\n"
     "bandwidth and AMX peaks and against oneDNN's bf16 matmul, interleaved, with cold weights\n"
     "(copies totalling at least twice the L3 cache unless --cold-mib says otherwise). A second\n"
@@ -38,7 +38,8 @@ const char* kUsage =
     "16x4x1024x512) names any other shape.\n"
     "--dispatch times the cost of one call instead: M = 1 on 128x128, 2048x2048 and 4096x4096 and\n"
     "M = 16 on 2048x2048, hot weights, at least --dispatch-calls (2000) calls and\n"
-    "--dispatch-seconds (0.5) per layer, median, p10 and p90 per call at each thread count.\n"
+    "--dispatch-seconds (0.5) per layer, median, p10 and p90 per call at each thread count;\n"
+    "--dispatch-gap-us idles that long between calls, as the rest of a model would.\n"
     "example: nibble bench --shapes 4096x4096 --m 1,16,256 --threads 1,2,4,8,16 --report out\n";
 
 constexpr int64_t kMaxDim = int64_t(1) << 20;
@@ -135,6 +136,8 @@ bool parse_options(int argc, char** argv, Options& o, std::string& err) {
         o.dispatch_calls = parse_integer(value(), 1, 10000000, "--dispatch-calls");
       else if (a == "--dispatch-seconds")
         o.dispatch_seconds = parse_real(value(), 0, 600, "--dispatch-seconds");
+      else if (a == "--dispatch-gap-us")
+        o.dispatch_gap_us = parse_integer(value(), 0, 1000000, "--dispatch-gap-us");
       else if (a == "-h" || a == "--help") {
         err = kUsage;
         return false;

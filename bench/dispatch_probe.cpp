@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace nibble::bench {
@@ -36,8 +37,9 @@ int run_dispatch(const Options& o) {
   Plugin plugin(o.plugin_dir, o.backend, o.threads.back());
   std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
   std::printf(
-      "per-call cost, hot weights, at least %lld calls and %.2f s per layer, each call timed\n",
-      (long long)o.dispatch_calls, o.dispatch_seconds);
+      "per-call cost, hot weights, at least %lld calls and %.2f s per layer, each call timed, "
+      "%lld us idle between calls\n",
+      (long long)o.dispatch_calls, o.dispatch_seconds, (long long)o.dispatch_gap_us);
   std::vector<CanonicalWeight> weights;
   for (const ProbeLayer& l : kLayers)
     weights.push_back(random_weight(l.K, l.N, o.bits, o.group, uint32_t(l.K * 31 + l.N)));
@@ -74,8 +76,11 @@ int run_dispatch(const Options& o) {
           return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         };
         while ((int64_t(t.size()) < o.dispatch_calls || elapsed() < o.dispatch_seconds) &&
-               t.size() < 10000000)
+               t.size() < 10000000) {
+          if (o.dispatch_gap_us > 0)
+            std::this_thread::sleep_for(std::chrono::microseconds(o.dispatch_gap_us));
           t.push_back(seconds_of(call) * 1e6);
+        }
         std::sort(t.begin(), t.end());
         const double median = quantile(t, 0.5), p10 = quantile(t, 0.1), p90 = quantile(t, 0.9);
         std::printf("%4lldx%-5lld %5lld %-6s %-11s %10.2f %10.2f %10.2f %10.2f %8zu\n",
@@ -84,6 +89,7 @@ int run_dispatch(const Options& o) {
         std::fflush(stdout);
         nlohmann::json d;
         d["threads"] = threads;
+        d["gap_us"] = o.dispatch_gap_us;
         d["K"] = l.K;
         d["N"] = l.N;
         d["M"] = l.M;
