@@ -27,6 +27,28 @@ namespace {
 
 const fs::path kPlugins = NIBBLE_PLUGIN_BUILD_DIR;
 
+// The folders this process made (fresh_dir) are removed when the test program ends: they hold
+// files that look like ELF libraries and are not, which other tools that walk the build tree
+// (packers, ldd) should not meet.
+class RemoveFreshDirs : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    const fs::path root = fs::path(NIBBLE_BUILD_DIR) / "tests" / "plugin_folders";
+    const std::string suffix = "_" + std::to_string(getpid());
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        // Write permission back first, in case a test took it away.
+        fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
+        fs::remove_all(e.path(), ec);
+      }
+    }
+  }
+};
+const auto* const kRemoveFreshDirs = ::testing::AddGlobalTestEnvironment(new RemoveFreshDirs);
+
 // A fresh folder of this process under the build tree (0755, owned by this user).
 fs::path fresh_dir(const std::string& tag) {
   fs::path d = fs::path(NIBBLE_BUILD_DIR) / "tests" / "plugin_folders" /
