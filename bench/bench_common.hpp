@@ -166,6 +166,9 @@ bool write_json(const nlohmann::json& out, const Options& o);
 /// which starts with "usage") or the problem followed by the usage text.
 bool parse_options(int argc, char** argv, Options& o, std::string& err);
 
+/// The non-empty items of `s` between separators `c` ("a,,b" gives a and b).
+std::vector<std::string> split(const std::string& s, char c);
+
 /// The cold-rotation size of a run: --cold-mib, or twice the L3 and at least 256 MiB.
 /// The run's thread counts as the user writes them: "1,2,16".
 inline std::string thread_list(const Options& o) {

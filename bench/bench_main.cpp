@@ -42,15 +42,6 @@
 namespace nibble::bench {
 namespace {
 
-std::vector<std::string> split(const std::string& s, char c) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, c))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 std::string default_plugin_dir() {
   if (const char* env = std::getenv("NIBBLE_PLUGIN_PATH"))
     return split(env, ':').empty() ? "" : split(env, ':')[0];

@@ -44,6 +44,8 @@ const char* kUsage =
 
 constexpr int64_t kMaxDim = int64_t(1) << 20;
 
+}  // namespace
+
 std::vector<std::string> split(const std::string& s, char c) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -52,8 +54,6 @@ std::vector<std::string> split(const std::string& s, char c) {
     if (!item.empty()) out.push_back(item);
   return out;
 }
-
-}  // namespace
 
 int default_thread_count() {
   cpu_set_t set;
