@@ -109,7 +109,7 @@ nibble_layer_desc desc_for(const TestExperts& ex, int top_k, int mode) {
 #define SKIP_UNLESS_DECLARED(kernel, name)         \
   if (!(kernel))                                   \
   GTEST_SKIP() << "cpu_amx declares no " << (name) \
-               << " (the MoE kernels are not registered in plugins/cpu_amx/plugin.cpp)"
+               << " (the MoE kernels are not registered in plugins/cpu_amx/backend.cpp)"
 
 class CpuAmxMoe : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
