@@ -139,7 +139,8 @@ void forward_or_throw(const nibble_kernel* k, nibble_prepared* p, const nibble_f
 
 Plugin::Plugin(const std::string& dir, const std::string& name, int threads) : threads_(threads) {
   const std::string path = dir + "/libnibble_" + name + ".so";
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed (DESIGN §3)
+  // Never closed (docs/ARCHITECTURE.md#loading).
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) throw std::runtime_error("cannot load " + path + ": " + dlerror());
   auto entry = reinterpret_cast<nibble_plugin_entry_fn>(dlsym(h, NIBBLE_PLUGIN_ENTRY_SYMBOL));
   if (!entry) throw std::runtime_error(path + ": no " NIBBLE_PLUGIN_ENTRY_SYMBOL);

@@ -149,7 +149,7 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
   } else {
     SchemeKind labelled =
         cfg.checkpoint_format == "gptq_v2" ? SchemeKind::GptqV2 : SchemeKind::GptqV1;
-    get_scheme(labelled).check(t, layer.params);  // shapes first, then the F.2 value check
+    get_scheme(labelled).check(t, layer.params);  // shapes first, then the v1-or-v2 value check
     layer.kind = resolve_gptq_scheme(t, layer.params, labelled, warnings_);
   }
   layer.shape = get_scheme(layer.kind).check(t, layer.params);
@@ -179,7 +179,7 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
       info.act_order = info.act_order || g != identity;
     }
   }
-  // Stored zero values: symmetry, and FORMATS F.1's suspect v1 nibbles.
+  // Stored zero values: symmetry, and suspect v1 nibbles (docs/formats.md#gptq-v1-zero-points).
   auto hist = gptq_stored_zero_histogram(*t.qzeros, mq.bits, info.N);
   int64_t total = 0;
   for (int64_t c : hist) total += c;
@@ -193,7 +193,8 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
           "layer {}: {} of {} stored zero points in {} are {:#x}. gptq v1 stores zero - 1, so they "
           "decode (unmasked, as ExLlama/vLLM/sglang do) to {}; such values usually come from the "
           "v1 underflow of a true zero 0 (AutoGPTQ PR #325/#640), which also corrupts later zeros "
-          "of the same int32 word: suspect, prefer a gptq_v2 export (FORMATS F.1){}",
+          "of the same int32 word: suspect, prefer a gptq_v2 export "
+          "(docs/formats.md#gptq-v1-zero-points){}",
           q(prefix), info.stored_max_zeros, total, q(t.qzeros->name), hist.size() - 1, hist.size(),
           mq.bits == 8 ? "; at 8 bits 256 does not fit the canonical zero point and decoding fails"
                        : ""));

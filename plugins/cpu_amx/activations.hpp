@@ -1,5 +1,6 @@
 // Per-call activation preparation, shared by every ISA path: convert (f32/f16 → bf16) or quantize
-// (→ int8, FORMATS B.6 step 1) once, in the weight's slot order, into the caller's workspace.
+// (→ int8, step 1 of docs/formats.md#w4a8-numerics) once, in the weight's slot order, into the
+// caller's workspace.
 #pragma once
 
 #include "kernel_api.hpp"

@@ -25,9 +25,9 @@ struct A16Activations {
   int64_t chunks = 0;
 };
 
-/// Dynamic-int8 activations (FORMATS B.6 step 1): int8 per slot, each 8 slots stored in the order
-/// 0,4,1,5,2,6,3,7 (matching how a 64-byte weight chunk splits into VNNI-4 low/high nibbles), the
-/// per-row scale sa, and per (row, a8 chunk) the sum of the int8 values.
+/// Dynamic-int8 activations (step 1 of docs/formats.md#w4a8-numerics): int8 per slot, each 8 slots
+/// stored in the order 0,4,1,5,2,6,3,7 (matching how a 64-byte weight chunk splits into VNNI-4
+/// low/high nibbles), the per-row scale sa, and per (row, a8 chunk) the sum of the int8 values.
 struct A8Activations {
   const int8_t* q = nullptr;     ///< [rows_padded][stride]; rows ≥ M and padding are zero
   int64_t stride = 0;            ///< bytes per row (≥ Kp + 64: a K=64 tile may overhang)

@@ -7,7 +7,8 @@
 //    reused for up to 512 rows of A, with no epilogue (a16_dequantized).
 //  - W4A8: A holds the signed int8 activations. 4-bit B rows are q − z (signed, −16..15) and
 //    TDPBSSD gives the exact Σ qa·(q − z); 8-bit B rows are q (unsigned) and TDPBSUD gives Σ qa·q,
-//    corrected by z·Σqa. Then FORMATS B.6's epilogue in its order. Built with -ffp-contract=off.
+//    corrected by z·Σqa. Then the W4A8 epilogue in its defined order
+//    (docs/formats.md#w4a8-numerics). Built with -ffp-contract=off.
 // The tile configuration is loaded with inline `ldtilecfg` whose operand is the whole 64-byte
 // struct: GCC 12's _tile_loadconfig() declares only 8 bytes read and lets the stores die.
 #include "avx512_common.hpp"

@@ -1,7 +1,8 @@
 // AVX2 + FMA micro-kernels, for x86 CPUs without the AVX-512 subset cpu_amx needs. W4A16: nibbles
 // to fp32 and FMA (the lanes hold (column, k-parity) pairs, folded at each group's epilogue).
 // W4A8: VPMADDUBSW on nibble planes (≤ 15 × 127, no saturation) then VPMADDWD, exact int32 sums,
-// and the same epilogue as every W4A8 path. Built with -ffp-contract=off (FORMATS B.6 step 4).
+// and the same epilogue as every W4A8 path. Built with -ffp-contract=off (step 4 of
+// docs/formats.md#w4a8-numerics).
 #include "kernel_api.hpp"
 
 #include <immintrin.h>

@@ -3,7 +3,8 @@
 // unpack in registers: W4A16 turns nibbles into bf16 (128 + q) with one ternary-logic op and feeds
 // VDPBF16PS; W4A8 splits nibbles into VNNI-4 bytes and feeds VPDPBUSD (weights unsigned,
 // activations signed, so the integer sums are exact). Small M everywhere, all M without AMX.
-// Built with -ffp-contract=off: the W4A8 epilogue multiplies and adds in FORMATS B.6's order.
+// Built with -ffp-contract=off: the W4A8 epilogue multiplies and adds in the order of
+// docs/formats.md#w4a8-numerics.
 #include "avx512_common.hpp"
 
 #include <stdexcept>

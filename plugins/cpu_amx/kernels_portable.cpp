@@ -1,6 +1,6 @@
 // Portable C++ micro-kernels: the fallback on any x86-64 CPU and the plainest statement of the
 // arithmetic the vector kernels implement. Built with -ffp-contract=off: the W4A8 epilogue must
-// round each multiply and add on its own (FORMATS B.6 step 4).
+// round each multiply and add on its own (docs/formats.md#w4a8-numerics, step 4).
 #include "kernel_api.hpp"
 
 #include <vector>

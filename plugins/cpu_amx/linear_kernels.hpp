@@ -1,5 +1,6 @@
 // The quantized linear kernels cpu_amx offers: linear_a16 (W4A16/W8A16, weight-only, the default)
-// and linear_a8 (W4A8/W8A8 with per-token dynamic int8 activations, FORMATS B.6 numerics).
+// and linear_a8 (W4A8/W8A8 with per-token dynamic int8 activations, numerics of
+// docs/formats.md#w4a8-numerics).
 #pragma once
 
 #include <nibble/sdk/plugin.hpp>

@@ -34,7 +34,7 @@ namespace nibble::cpu_amx {
 constexpr int kPanel = 16;       ///< output columns per panel
 constexpr int kTileK = 32;       ///< input slots per k-tile
 constexpr int kTileBytes = 256;  ///< bytes of one plane of one (panel, k-tile)
-constexpr int kMaxBlockK = 128;  ///< W4A8 integer block (FORMATS B.6: block_k = min(gs, 128))
+constexpr int kMaxBlockK = 128;  ///< W4A8 block_k = min(gs, 128): docs/formats.md#w4a8-numerics
 
 /// 64-byte aligned storage.
 template <class T>
@@ -96,7 +96,8 @@ struct PackedLinear {
   std::vector<int32_t> slot_source;
   /// Weight-only chunks: one per group (the epilogue runs once per group).
   std::vector<Chunk> a16_chunks;
-  /// Dynamic-int8 chunks: blocks of min(group size, 128) inputs within a group (FORMATS B.6).
+  /// Dynamic-int8 chunks: blocks of min(group size, 128) inputs within a group
+  /// (docs/formats.md#w4a8-numerics).
   std::vector<Chunk> a8_chunks;
 
   const uint8_t* tile(int64_t panel, int64_t ktile) const {

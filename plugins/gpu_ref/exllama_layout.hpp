@@ -1,4 +1,5 @@
-// The ExLlama layout of GPTQ-like weights as vLLM/sglang's gptq_gemm uses it (FORMATS C.2):
+// The ExLlama layout of GPTQ-like weights as vLLM/sglang's gptq_gemm uses it
+// (docs/backends-reference.md#exllama):
 //  * rows made sequential by group: q_perm = argsort(g_idx) (stable) for act-order, so every group
 //    is one contiguous run of K; activations are gathered through q_perm at run time;
 //  * qweight [K/pack][N] uint32 packed along K (pack = 8 for 4-bit, 4 for 8-bit), and for 4-bit
@@ -6,7 +7,7 @@
 //    1,3,5,7 in positions 4..7, which the dequantizer reads as half2 pairs;
 //  * qzeros [G][N/pack] packed along N, stored as z - zero_offset with zero_offset 1 for GPTQ v1
 //    style zero points (1..2^bits, vLLM's default) or 0 for v2 style (0..2^bits-1, use_v2_format);
-//  * scales [G][N], kept in fp32 (checkpoint precision, FORMATS F.5).
+//  * scales [G][N], kept in fp32 (checkpoint precision: docs/formats.md#scale-precision).
 // Where ExLlama itself needs K % group == 0 and K % pack == 0, each group's run here is padded to
 // whole words with zero activations, which is ExLlama's layout exactly when those hold.
 #pragma once

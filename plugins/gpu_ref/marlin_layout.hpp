@@ -1,5 +1,5 @@
-// The Marlin layout (FORMATS C.2; vLLM's gptq_marlin_repack / marlin_permute_scales /
-// marlin_zero_points):
+// The Marlin layout (docs/backends-reference.md#marlin; vLLM's gptq_marlin_repack /
+// marlin_permute_scales / marlin_zero_points):
 //  * weights [K][N] (rows in act-order sorted order when g_idx is given) cut into 16×16 tiles,
 //    tiles laid out row of tiles by row of tiles ([K/16][N/16][16][16]), each run of 1024 values
 //    (four tiles, 64 outputs) permuted by weight_perm(bits) so that one GPU thread's mma fragment

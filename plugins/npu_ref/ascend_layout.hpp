@@ -1,9 +1,10 @@
-// The Ascend weight-quant layout (FORMATS C.4), as npu_weight_quant_batchmatmul consumes it:
+// The Ascend weight-quant layout (docs/backends-reference.md#npu_ref-the-ascend-antiquant-layout),
+// as npu_weight_quant_batchmatmul consumes it:
 // weights [K][N] as centred signed integers w = q - 2^(bits-1) (int8, or int4 packed two per byte
 // along N), and per (group, output) an antiquant scale and an antiquant offset so that
 //   W[n][k] = (w + offset) · scale,   offset = 2^(bits-1) - z_eff.
 // That offset sign is the one that reproduces (q - z_eff) · scale; upstream's GPTQ NPU path passes
-// z_eff - 2^(bits-1), which is only right for symmetric weights (FORMATS C.4, do not copy).
+// z_eff - 2^(bits-1), which is only right for symmetric weights (not copied here).
 // Act-order weights have their K rows reordered so that groups are contiguous (the Ascend op
 // takes one group size along K); activations are gathered into that order at run time.
 #pragma once

@@ -1,5 +1,6 @@
-// npu_ref: the Ascend weight-quant layout and numerics in portable C++ (FORMATS C.4), as a
-// reference backend that runs anywhere. Registration and probe.
+// npu_ref: the Ascend weight-quant layout and numerics in portable C++
+// (docs/backends-reference.md#npu_ref-the-ascend-antiquant-layout), as a reference backend that
+// runs anywhere. Registration and probe.
 #include <nibble/sdk/plugin.hpp>
 
 #include <oneapi/tbb/global_control.h>

@@ -1,6 +1,6 @@
 // Checkpoints: the upstream fixtures (layer listing, MoE decode reproducing the expected expert
-// outputs), bad directories, sharding, F.1/F.2 cases, dynamic overrides, dense layers and both
-// MoE naming styles.
+// outputs), bad directories, sharding, v1 zero 0xF and v1/v2 label cases, dynamic overrides, dense
+// layers and both MoE naming styles.
 #include <nibble/checkpoint.hpp>
 #include <nibble/quantize.hpp>
 
@@ -233,7 +233,7 @@ TEST_F(WrittenCheckpoint, V1AsymmetricWithStoredF) {
   EXPECT_EQ(layers[0].stored_max_zeros, expected);
   ASSERT_EQ(ckpt.warnings().size(), 1u);
   expect_mentions(ckpt.warnings()[0],
-                  {kQProj, std::to_string(expected) + " of", "0xf", "16", "F.1"});
+                  {kQProj, std::to_string(expected) + " of", "0xf", "16", "#gptq-v1-zero-points"});
   auto w = ckpt.decode_linear(kQProj);
   EXPECT_EQ(w.zeros[0], 16);
   test::expect_same_weight(w, weight_);

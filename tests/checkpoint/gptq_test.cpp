@@ -1,5 +1,6 @@
 // GPTQ scheme: bit-exact round trips (v1/v2, 4/8 bits, group sizes, sym/asym, act-order, ragged
-// shapes), the v1 zero conventions of FORMATS F.1/F.2, refusals, and the AutoGPTQ fixture.
+// shapes), the v1 zero conventions (docs/formats.md#gptq-v1-zero-points, #v1-or-v2), refusals, and
+// the AutoGPTQ fixture.
 #include <nibble/checkpoint.hpp>
 #include <nibble/checkpoint_scheme.hpp>
 
@@ -53,7 +54,7 @@ TEST_P(GptqRoundTrip, DecodeOfEncodeIsBitExact) {
   spec.sym = c.sym;
   spec.act_order = c.act_order;
   const int maxq = (1 << c.bits) - 1;
-  // v1 stores zero - 1: effective zeros 1 .. 2^bits for 4-bit (16 included, F.1), 1 .. 255 for 8.
+  // v1 stores zero - 1: effective zeros 1 .. 2^bits for 4-bit (16 included), 1 .. 255 for 8.
   spec.zero_min = c.kind == SchemeKind::GptqV1 ? 1 : 0;
   spec.zero_max = c.kind == SchemeKind::GptqV1 ? std::min(maxq + 1, 255) : maxq;
   spec.bias = c.K % 16 == 0;
@@ -224,7 +225,7 @@ TEST(Gptq, MislabelledV2IsDetectedAndAMixIsRefused) {
   EXPECT_EQ(resolve_gptq_scheme(v2.layer, {4, 32, true}, SchemeKind::GptqV1, warnings),
             SchemeKind::GptqV2);
   ASSERT_EQ(warnings.size(), 1u);
-  expect_mentions(warnings[0], {"layer.qzeros", "gptq_v2", "F.2"});
+  expect_mentions(warnings[0], {"layer.qzeros", "gptq_v2", "#v1-or-v2"});
   Encoded v1(get_scheme(SchemeKind::GptqV1).encode(w));  // stored zeros 7
   warnings.clear();
   EXPECT_EQ(resolve_gptq_scheme(v1.layer, {4, 32, true}, SchemeKind::GptqV1, warnings),

@@ -1,6 +1,6 @@
 // The AMX micro-kernels compiled into this test at -O2 (the plugin itself is built at -O3 in
 // Release), checked against the portable kernels on the same packed weight: guards the GCC 12
-// tile-configuration miscompilation (FORMATS/perf-anchors) at both levels. Skipped without AMX.
+// tile-configuration miscompilation (docs/cpu_amx.md#kernels) at both levels. Skipped without AMX.
 #include <gtest/gtest.h>
 
 #include "activations.hpp"

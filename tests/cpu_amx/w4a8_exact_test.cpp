@@ -1,7 +1,7 @@
-// W4A8 bit-exactness. The oracle (tests/support/w4a8_oracle.hpp, from FORMATS B.9) is first checked
-// against the upstream-packed fixtures' expected integers and outputs; then every W4A8 path
-// (NIBBLE_MAX_ISA) must reproduce the fixtures and the oracle bit for bit, for bf16 inputs with
-// K % 32 == 0, in bf16 and (as the fp32 accumulator itself) in f32. Compiled with
+// W4A8 bit-exactness. The oracle (tests/support/w4a8_oracle.hpp, docs/formats.md#the-w4a8-oracle)
+// is first checked against the upstream-packed fixtures' expected integers and outputs; then every
+// W4A8 path (NIBBLE_MAX_ISA) must reproduce the fixtures and the oracle bit for bit, for bf16
+// inputs with K % 32 == 0, in bf16 and (as the fp32 accumulator itself) in f32. Compiled with
 // -ffp-contract=off.
 #include <gtest/gtest.h>
 
@@ -17,8 +17,9 @@ std::string data_dir() {
   return e ? e : NIBBLE_TEST_DATA_DIR;
 }
 
-// Decode one of the two linear fixtures (GPTQ v1 symmetric, AWQ GEMM; FORMATS A.1/A.2) into the
-// canonical weight by hand: a few lines, independent of the core's decoder.
+// Decode one of the two linear fixtures (GPTQ v1 symmetric, AWQ GEMM; docs/formats.md#gptq-packing
+// and #awq-gemm-packing) into the canonical weight by hand: a few lines, independent of the core's
+// decoder.
 TestWeight decode_fixture(const std::string& name) {
   SafetensorsFile f(data_dir() + "/" + name + "/model.safetensors");
   const std::string p = "model.layers.0.self_attn.q_proj.";

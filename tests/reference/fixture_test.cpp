@@ -1,8 +1,7 @@
-// The reference kernels on the upstream-packed fixtures (tests/data, copied from
-// ../shared/fixtures): a GPTQ v1 and an AWQ GEMM linear layer and a GPTQ MoE block, decoded by the
-// core's checkpoint reader, computed by every npu_ref / gpu_ref kernel that takes them, and
-// compared with the float64 outputs stored next to them (f32 and bf16 inputs, M ∈ {1, 7, 33},
-// MoE with and without renormalised routing weights).
+// The reference kernels on the upstream-packed fixtures (tests/data): a GPTQ v1 and an AWQ GEMM
+// linear layer and a GPTQ MoE block, decoded by the core's checkpoint reader, computed by every
+// npu_ref / gpu_ref kernel that takes them, and compared with the float64 outputs stored next to
+// them (f32 and bf16 inputs, M ∈ {1, 7, 33}, MoE with and without renormalised routing weights).
 #include <gtest/gtest.h>
 #include <nibble/checkpoint.hpp>
 #include <nibble/safetensors.hpp>

@@ -1,6 +1,7 @@
-// The repacked layouts themselves, checked against the documented permutations (FORMATS C.2,
-// C.4) on small hand-made cases: Marlin's tile permutation and scale permutations, ExLlama's
-// nibble shuffle and q_perm, Ascend's centred int4 and antiquant offset sign.
+// The repacked layouts themselves, checked against the documented permutations
+// (docs/backends-reference.md#exllama, #marlin, #npu_ref-the-ascend-antiquant-layout) on small
+// hand-made cases: Marlin's tile permutation and scale permutations, ExLlama's nibble shuffle and
+// q_perm, Ascend's centred int4 and antiquant offset sign.
 #include <gtest/gtest.h>
 
 #include <array>

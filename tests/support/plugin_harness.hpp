@@ -72,7 +72,7 @@ class HarnessPlugin {
     if (entry(&host_, &plugin_, &err) != NIBBLE_OK)
       throw std::runtime_error(path + ": entry failed: " + err.message);
   }
-  // Plugins are never unloaded (see DESIGN §3): the handle is deliberately kept.
+  // Plugins are never unloaded (docs/ARCHITECTURE.md#loading): the handle is deliberately kept.
   HarnessPlugin(const HarnessPlugin&) = delete;
 
   /// The descriptor the plugin filled.

@@ -1,9 +1,11 @@
-// Test support: the W4A8 oracle of FORMATS B.9, written from B.6 alone (no kernel code): per-token
+// Test support: the W4A8 oracle (docs/formats.md#the-w4a8-oracle), written from the definition in
+// docs/formats.md#w4a8-numerics alone (no kernel code): per-token
 // int8 activations (amax ≥ 1e-7, sa = amax/127, q = round-half-even(x · 127/amax)), exact integer
 // dot products per k-block of min(group size, 128) inputs, and the fp32 epilogue
 // C = bias; C += (float(acc) · sa) · s per block in order — no fused multiply-add, so a file that
 // includes this must be compiled with -ffp-contract=off. With act-order, blocks are cut in the
-// order of channels sorted by group (stable), which is B.6 for the identity grouping.
+// order of channels sorted by group (stable), which is the definition itself for the identity
+// grouping.
 #pragma once
 
 #include "reference.hpp"
@@ -14,7 +16,7 @@
 
 namespace nibble::test {
 
-/// B.6 step 1 for one row: the int8 values and the scale sa.
+/// Step 1 of the definition for one row: the int8 values and the scale sa.
 inline void w4a8_quantize_row(const double* x, int64_t K, std::vector<int32_t>* q, float* sa) {
   float amax = 0.f;
   for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(float(x[k])));

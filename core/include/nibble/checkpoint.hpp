@@ -37,7 +37,8 @@ struct LayerInfo {
   bool has_bias = false;
   uint64_t bytes = 0;  ///< bytes on disk of all its tensors
   std::string dtype;   ///< scales dtype (quantized) or weight dtype (dense), e.g. "F16"
-  /// GPTQ v1 only: stored zero nibbles equal to 2^bits - 1 (decoded as 2^bits, FORMATS F.1).
+  /// GPTQ v1 only: stored zero nibbles equal to 2^bits - 1 (decoded as 2^bits,
+  /// docs/formats.md#gptq-v1-zero-points).
   int64_t stored_max_zeros = 0;
   std::string note;  ///< why its settings differ from the global config, if they do
 };

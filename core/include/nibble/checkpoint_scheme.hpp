@@ -14,9 +14,9 @@
 
 namespace nibble {
 
-/// The on-disk formats nibble decodes.
+/// The on-disk formats nibble decodes (docs/formats.md#how-the-tensors-are-packed).
 enum class SchemeKind {
-  GptqV1,  ///< GPTQ checkpoint_format "gptq": stored zero = zero - 1 (decoded unmasked, F.1)
+  GptqV1,  ///< GPTQ checkpoint_format "gptq": stored zero = zero - 1, decoded unmasked
   GptqV2,  ///< GPTQ checkpoint_format "gptq_v2": stored zero = zero
   AwqGemm  ///< AWQ version "gemm": packed along N in the interleaved nibble order
 };
@@ -74,10 +74,11 @@ const Scheme& get_scheme(SchemeKind kind);
 /// `N` is the layer's output count; the tensor's shape must already be checked.
 std::vector<int64_t> gptq_stored_zero_histogram(const TensorView& qzeros, int bits, int64_t N);
 
-/// FORMATS F.2: the scheme a GPTQ layer labelled `labelled` really uses. For a symmetric layer
-/// labelled v1 whose stored zeros are all 2^(bits-1) (v2 style) the answer is GptqV2 and a warning
-/// is appended; a mix of v1- and v2-style symmetric zeros, or symmetric zeros of any other value,
-/// throws nibble::Error naming the qzeros tensor. Asymmetric layers keep their label.
+/// The scheme a GPTQ layer labelled `labelled` really uses (docs/formats.md#v1-or-v2). For a
+/// symmetric layer labelled v1 whose stored zeros are all 2^(bits-1) (v2 style) the answer is
+/// GptqV2 and a warning is appended; a mix of v1- and v2-style symmetric zeros, or symmetric zeros
+/// of any other value, throws nibble::Error naming the qzeros tensor. Asymmetric layers keep their
+/// label.
 SchemeKind resolve_gptq_scheme(const LayerTensors& tensors, const SchemeParams& params,
                                SchemeKind labelled, std::vector<std::string>& warnings);
 

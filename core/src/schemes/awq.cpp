@@ -1,6 +1,6 @@
 // AWQ GEMM (AutoAWQ WQLinear_GEMM), 4 bits. qweight int32 [K, N/8] and qzeros int32 [G, N/8] are
 // packed along N in the interleaved order: logical column 8j + i sits in nibble REVERSE[i] of word
-// j (FORMATS A.2). Zero points are stored as they are; there is no g_idx.
+// j (docs/formats.md#awq-gemm-packing). Zero points are stored as they are; there is no g_idx.
 #include <nibble/checkpoint_scheme.hpp>
 
 #include "tensor_checks.hpp"

@@ -1,7 +1,8 @@
-// GPTQ (AutoGPTQ / GPTQModel), checkpoint_format "gptq" (v1) and "gptq_v2", 4 and 8 bits.
-// qweight int32 [K*bits/32, N] packed along K; qzeros int32 [G, N*bits/32] packed along N; value i
-// of a word sits at bits [bits*i, bits*i + bits) (FORMATS A.1). v1 stores zero - 1 and is decoded
-// unmasked (stored 0xF -> 16, FORMATS F.1); v2 stores the zero itself.
+// GPTQ (AutoGPTQ / GPTQModel), checkpoint_format "gptq" (v1) and "gptq_v2", 4 and 8 bits. qweight
+// int32 [K*bits/32, N] packed along K; qzeros int32 [G, N*bits/32] packed along N; value i of a
+// word sits at bits [bits*i, bits*i + bits) (docs/formats.md#gptq-packing). v1 stores zero - 1 and
+// is decoded unmasked (stored 0xF -> 16, docs/formats.md#gptq-v1-zero-points); v2 stores the zero
+// itself.
 #include <nibble/checkpoint_scheme.hpp>
 
 #include "tensor_checks.hpp"
@@ -278,7 +279,7 @@ SchemeKind resolve_gptq_scheme(const LayerTensors& layer, const SchemeParams& p,
     warnings.push_back(
         fmt::format("{}: checkpoint_format says gptq (v1) but every symmetric stored "
                     "zero is {} (the v2 convention; v1 would store {}): loading "
-                    "layer {} as gptq_v2 (FORMATS F.2)",
+                    "layer {} as gptq_v2 (docs/formats.md#v1-or-v2)",
                     q, half, half - 1, detail::name_text(layer.prefix)));
     return SchemeKind::GptqV2;
   }
