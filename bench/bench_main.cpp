@@ -70,7 +70,7 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
     if (o.onednn) {
       const size_t one = size_t(K * N) * 2;
       const int copies = int(std::max<size_t>(2, (cold + one - 1) / one));
-      dense = std::make_unique<OnednnMatmul>(w.dequantized(), K, N, copies, threads);
+      dense = std::make_unique<OnednnMatmul>(dequantized(w), K, N, copies, threads);
     }
     for (const std::string& mode_name : o.modes) {
       const int mode = mode_name == "w4a16" ? mode_ids[0] : mode_ids[1];
@@ -90,7 +90,7 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         while (layers.size() < copies) layers.push_back(plugin.prepare(k, w, mode));
       });
       const double ckpt_bytes =
-          double(K * N) * o.bits / 8 + double(w.groups * N) * (2 + o.bits / 8.0);
+          double(K * N) * o.bits / 8 + double(w.num_groups * N) * (2 + o.bits / 8.0);
       // The second backend's layer copies (cold too), for the small-M cases.
       std::vector<std::unique_ptr<PreparedLinear>> ref_layers;
       const nibble_kernel* ref_kernel = other ? other->linear_kernel(w, mode, nullptr) : nullptr;
@@ -101,7 +101,7 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         while (ref_layers.size() < rcopies)
           ref_layers.push_back(other->prepare(ref_kernel, w, mode));
       }
-      std::vector<uint8_t> ws, ws_ref;
+      sdk::host::Workspace ws, ws_ref;
       for (int64_t M : o.rows) {
         const bool with_ref = ref_kernel && M <= o.baseline_max_m;
         size_t cr = 0;

@@ -67,7 +67,7 @@ int run_dispatch(const Options& o) {
         const std::unique_ptr<PreparedLinear> layer = plugin.prepare(k, w, mode);
         const std::vector<uint16_t> x = random_bf16(l.M * l.K, uint32_t(l.M));
         std::vector<uint16_t> y(size_t(l.M * l.N));
-        std::vector<uint8_t> ws;
+        sdk::host::Workspace ws;
         auto call = [&] { layer->forward(x.data(), y.data(), l.M, l.K, l.N, threads, ws); };
         for (int r = 0; r < 10; ++r) call();  // workspace sized, weights and code in the cache
         std::vector<double> t;

@@ -13,7 +13,10 @@ namespace nibble::bench {
 /// Last-level cache size in bytes (sysfs; 32 MiB when unknown).
 size_t l3_bytes();
 
-/// Whether AMX tiles (bf16 and int8) are usable in this process (asks the kernel for permission).
+/// Whether the bench's own AMX peak probes below can run: AMX tiles (bf16 and int8) reported by
+/// CPUID and permitted by the kernel. Kept here on purpose, and for nothing else: the peaks
+/// measure the machine, not a backend, so they cannot ask a plugin; which ISA a backend runs is
+/// its probe's to say (Plugin::probe_detail), and the bench reports that, never this.
 bool amx_usable();
 
 /// A read-bandwidth probe over a buffer first-touched by the threads that read it.

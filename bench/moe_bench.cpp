@@ -77,19 +77,19 @@ Routing random_routing(int64_t M, const MoeShape& s, uint32_t seed) {
   Routing r;
   r.ids.resize(size_t(M * s.top_k));
   r.weights.resize(size_t(M * s.top_k));
-  std::vector<int32_t> perm(size_t(s.experts));
+  std::vector<int32_t> perm(size_t(s.num_experts));
   std::uniform_real_distribution<float> u(0.1f, 1.f);
   for (int64_t m = 0; m < M; ++m) {
     std::iota(perm.begin(), perm.end(), 0);
     float total = 0;
     for (int64_t j = 0; j < s.top_k; ++j) {
-      std::swap(perm[size_t(j)], perm[size_t(j) + rng() % size_t(s.experts - j)]);
+      std::swap(perm[size_t(j)], perm[size_t(j) + rng() % size_t(s.num_experts - j)]);
       r.ids[size_t(m * s.top_k + j)] = perm[size_t(j)];
       total += r.weights[size_t(m * s.top_k + j)] = u(rng);
     }
     for (int64_t j = 0; j < s.top_k; ++j) r.weights[size_t(m * s.top_k + j)] /= total;
   }
-  std::vector<bool> used(size_t(s.experts), false);
+  std::vector<bool> used(size_t(s.num_experts), false);
   for (int32_t e : r.ids) used[size_t(e)] = true;
   r.experts_used = std::count(used.begin(), used.end(), true);
   return r;
@@ -99,9 +99,10 @@ Routing random_routing(int64_t M, const MoeShape& s, uint32_t seed) {
 // with every id shifted by top_k for each completed cycle (a bijection: the same load per call).
 void rotated_ids(const Routing& base, const MoeShape& s, int64_t t, int64_t copies,
                  std::vector<int32_t>& out) {
-  const int64_t shift = ((t / copies) * s.top_k) % s.experts;
+  const int64_t shift = ((t / copies) * s.top_k) % s.num_experts;
   out.resize(base.ids.size());
-  for (size_t i = 0; i < base.ids.size(); ++i) out[i] = int32_t((base.ids[i] + shift) % s.experts);
+  for (size_t i = 0; i < base.ids.size(); ++i)
+    out[i] = int32_t((base.ids[i] + shift) % s.num_experts);
 }
 
 float silu_times(float gate, float up) { return gate / (1.f + std::exp(-gate)) * up; }
@@ -121,13 +122,13 @@ void moe_loop(const MoeShape& s, int64_t M, const uint16_t* x, const std::vector
               const Project& project) {
   const int64_t K = s.hidden, I = s.intermediate;
   auto& slots = b.slots;
-  slots.resize(size_t(s.experts));
+  slots.resize(size_t(s.num_experts));
   for (auto& v : slots) v.clear();
   for (int64_t i = 0; i < M * s.top_k; ++i) slots[size_t(ids[size_t(i)])].push_back(i);
   auto& acc = b.acc;
   acc.assign(size_t(M * K), 0.f);
   auto &xe = b.xe, &gu = b.gu, &h = b.h, &down = b.down;
-  for (int64_t e = 0; e < s.experts; ++e) {
+  for (int64_t e = 0; e < s.num_experts; ++e) {
     const auto& sl = slots[size_t(e)];
     const int64_t n = int64_t(sl.size());
     if (n == 0) continue;
@@ -182,12 +183,12 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
     std::unique_ptr<OnednnMatmul> dense13, dense2;
     int64_t dense_copies = 0;
     if (o.onednn) {
-      const size_t layer = size_t(s.experts) * size_t(3 * s.hidden * s.intermediate) * 2;
+      const size_t layer = size_t(s.num_experts) * size_t(3 * s.hidden * s.intermediate) * 2;
       dense_copies = int64_t(std::max<size_t>(2, (cold + layer - 1) / layer));
-      dense13 = std::make_unique<OnednnMatmul>(w13.dequantized(), s.hidden, 2 * s.intermediate,
-                                               int(dense_copies * s.experts), threads);
-      dense2 = std::make_unique<OnednnMatmul>(w2.dequantized(), s.intermediate, s.hidden,
-                                              int(dense_copies * s.experts), threads);
+      dense13 = std::make_unique<OnednnMatmul>(dequantized(w13), s.hidden, 2 * s.intermediate,
+                                               int(dense_copies * s.num_experts), threads);
+      dense2 = std::make_unique<OnednnMatmul>(dequantized(w2), s.intermediate, s.hidden,
+                                              int(dense_copies * s.num_experts), threads);
     }
     for (const std::string& mode_name : o.modes) {
       const int mode = mode_name == "w4a16" ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
@@ -211,18 +212,19 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
       // The loop's per-expert linear layers: [copy][expert][w13, w2].
       std::vector<std::unique_ptr<PreparedLinear>> linears;
       for (int64_t c = 0; c < copies; ++c)
-        for (int64_t e = 0; e < s.experts; ++e) {
+        for (int64_t e = 0; e < s.num_experts; ++e) {
           linears.push_back(plugin.prepare(k13, w13, mode));
           linears.push_back(plugin.prepare(k2, w2, mode));
         }
       const double ckpt_bytes =
-          double(s.experts) * (double(3 * s.hidden * s.intermediate) * o.bits / 8 +
-                               double(w13.groups * w13.N + w2.groups * w2.N) * (2 + o.bits / 8.0));
-      std::vector<uint8_t> ws, ws13, ws2;
+          double(s.num_experts) *
+          (double(3 * s.hidden * s.intermediate) * o.bits / 8 +
+           double(w13.num_groups * w13.N + w2.num_groups * w2.N) * (2 + o.bits / 8.0));
+      sdk::host::Workspace ws, ws13, ws2;
       for (int64_t M : o.rows) {
         const Routing base = random_routing(M, s, uint32_t(M * 7 + 1));
         const double routed_bytes =
-            double(layer_bytes) / double(s.experts) * double(base.experts_used);
+            double(layer_bytes) / double(s.num_experts) * double(base.experts_used);
         const double flops = 6.0 * double(M * s.top_k) * double(s.hidden * s.intermediate);
         const std::vector<uint16_t> x = random_bf16(M * s.hidden, uint32_t(M));
         std::vector<uint16_t> y(size_t(M * s.hidden)), yl(y.size()), yd(y.size());
@@ -239,7 +241,7 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
           const int64_t c = tl++ % copies;
           moe_loop(s, M, x.data(), ids, base.weights, yl.data(), loop_buffers,
                    [&](int64_t e, int which, const uint16_t* in, uint16_t* o_, int64_t n) {
-                     linears[size_t((c * s.experts + e) * 2 + which)]->forward(
+                     linears[size_t((c * s.num_experts + e) * 2 + which)]->forward(
                          in, o_, n, which ? s.intermediate : s.hidden,
                          which ? s.hidden : 2 * s.intermediate, threads, which ? ws2 : ws13);
                    });
@@ -249,7 +251,7 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
           const int64_t c = td++ % dense_copies;
           moe_loop(s, M, x.data(), ids, base.weights, yd.data(), dense_buffers,
                    [&](int64_t e, int which, const uint16_t* in, uint16_t* o_, int64_t n) {
-                     (which ? *dense2 : *dense13).run(int(c * s.experts + e), in, o_, n);
+                     (which ? *dense2 : *dense13).run(int(c * s.num_experts + e), in, o_, n);
                    });
         };
         // Warm-up (creates oneDNN's primitives for every row count) and an agreement check.
@@ -293,7 +295,7 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
         c["shape"] = name;
         c["K"] = s.hidden;
         c["N"] = s.intermediate;
-        c["experts"] = s.experts;
+        c["experts"] = s.num_experts;
         c["top_k"] = s.top_k;
         c["experts_routed"] = base.experts_used;
         c["M"] = M;

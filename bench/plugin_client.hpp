@@ -1,75 +1,67 @@
-// The bench's own host: loads a backend plugin through its C ABI (dlopen + nibble_plugin_entry),
-// prepares quantized linear layers and runs forward calls, so it needs nothing from libnibble.
+// The bench's client of a backend plugin, over the SDK's host layer (nibble/sdk/host.hpp): loads
+// it through its C ABI, picks kernels, prepares random layers and runs bf16 forward calls, so it
+// needs nothing from libnibble.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/sdk/host.hpp>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nibble::bench {
 
+/// The bench's weights are the SDK's owned canonical weight.
+using sdk::host::CanonicalWeight;
 /// A random canonical weight (uniform codes, asymmetric zeros, f16 scales, no bias).
-struct CanonicalWeight {
-  int64_t K = 0, N = 0, groups = 0;
-  int bits = 4, group_size = 128;
-  std::vector<uint8_t> q, zeros;
-  std::vector<uint16_t> scales;            ///< f16
-  std::vector<float> dequantized() const;  ///< W[n][k] as fp32
-  nibble_canonical_weight view() const;
-};
 CanonicalWeight random_weight(int64_t K, int64_t N, int bits, int group_size, uint32_t seed);
+/// W[n][k] of `w` as fp32.
+std::vector<float> dequantized(const CanonicalWeight& w);
 
 class Plugin;
 
 /// One prepared layer of a plugin's kernel.
 class PreparedLinear {
  public:
-  PreparedLinear(const nibble_kernel* k, nibble_prepared* p) : k_(k), p_(p) {}
-  ~PreparedLinear();
-  PreparedLinear(const PreparedLinear&) = delete;
-  PreparedLinear& operator=(const PreparedLinear&) = delete;
+  explicit PreparedLinear(sdk::host::Prepared p) : p_(std::move(p)) {}
   /// y = layer(x); x, y bf16 row-major. Throws on failure.
   void forward(const uint16_t* x, uint16_t* y, int64_t M, int64_t K, int64_t N, int threads,
-               std::vector<uint8_t>& workspace) const;
-  size_t bytes() const;
+               sdk::host::Workspace& workspace) const;
+  /// Bytes the prepared weight holds.
+  size_t bytes() const { return p_.bytes(); }
 
  private:
-  const nibble_kernel* k_;
-  nibble_prepared* p_;
+  sdk::host::Prepared p_;
 };
 
 /// One prepared MoE layer of a plugin's kernel.
 class PreparedMoe {
  public:
-  PreparedMoe(const nibble_kernel* k, nibble_prepared* p) : k_(k), p_(p) {}
-  ~PreparedMoe();
-  PreparedMoe(const PreparedMoe&) = delete;
-  PreparedMoe& operator=(const PreparedMoe&) = delete;
+  explicit PreparedMoe(sdk::host::Prepared p) : p_(std::move(p)) {}
   /// y[M][K] = moe(x[M][K]) for routing ids/weights [M][top_k] (int32, f32); x, y bf16.
   void forward(const uint16_t* x, const int32_t* ids, const float* weights, uint16_t* y, int64_t M,
-               int64_t K, int64_t top_k, int threads, std::vector<uint8_t>& workspace) const;
-  size_t bytes() const;
+               int64_t K, int64_t top_k, int threads, sdk::host::Workspace& workspace) const;
+  /// Bytes the prepared weight holds.
+  size_t bytes() const { return p_.bytes(); }
 
  private:
-  const nibble_kernel* k_;
-  nibble_prepared* p_;
+  sdk::host::Prepared p_;
 };
 
-/// A MoE layer's shape; every expert shares the same two canonical weights (the bench times
+/// A MoE layer's shape. Every expert shares the same two canonical weights (the bench times
 /// memory traffic and arithmetic, not values), yet each is prepared into its own memory.
-struct MoeShape {
-  int64_t hidden = 0, intermediate = 0;
-  int32_t experts = 0, top_k = 0;
-};
+using sdk::host::MoeShape;
 
 class Plugin {
  public:
   /// Load libnibble_<name>.so from `dir`; throws with the reason when it cannot.
   Plugin(const std::string& dir, const std::string& name, int threads);
-  const nibble_plugin& descriptor() const { return plugin_; }
+  const nibble_plugin& descriptor() const { return plugin_.descriptor(); }
+  /// "available: ..." or "unavailable: ..." with the probe's detail: the ISA is the plugin's to
+  /// say.
   std::string probe_detail() const;
   /// The highest-priority kernel of d's op and numeric mode that accepts d, or null (`why`
   /// collects the refusals).
@@ -86,9 +78,7 @@ class Plugin {
                                            int mode) const;
 
  private:
-  nibble_host host_{};
-  nibble_plugin plugin_{};
-  int threads_;
+  sdk::host::LoadedPlugin plugin_;
 };
 
 /// The layer descriptor of `w` for a numeric mode.

@@ -1,5 +1,5 @@
 // nibble conformance --plugin FILE.so [--backend NAME] [--quick] [--json] ...: the plugin
-// conformance kit (sdk/conformance) as a subcommand of the nibble tool.
+// conformance kit (conformance/) as a subcommand of the nibble tool.
 #include <nibble/conformance/conformance.hpp>
 
 #include <vector>

@@ -129,7 +129,7 @@ TEST(AwqGemm, DecodeChecksShapesAndRefusesGIdx) {
 }
 
 TEST(AwqGemm, UpstreamFixtureReproducesExpectedOutputs) {
-  auto dir = test::data_dir() / "awq_gemm_g128";
+  auto dir = test::fixtures_dir() / "awq_gemm_g128";
   Checkpoint ckpt = Checkpoint::open(dir);
   auto layers = ckpt.linear_layers();
   ASSERT_EQ(layers.size(), 1u);

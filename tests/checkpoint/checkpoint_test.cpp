@@ -43,7 +43,7 @@ OwnedTensor f16_random(std::mt19937_64& rng, std::vector<int64_t> shape) {
 }
 
 TEST(Checkpoint, FixturesListTheRightSchemes) {
-  auto gptq = Checkpoint::open(test::data_dir() / "gptq_v1_sym_g128");
+  auto gptq = Checkpoint::open(test::fixtures_dir() / "gptq_v1_sym_g128");
   auto layers = gptq.linear_layers();
   ASSERT_EQ(layers.size(), 1u);  // input_layernorm (1-D) is not a linear
   const LayerInfo& l = layers[0];
@@ -61,7 +61,7 @@ TEST(Checkpoint, FixturesListTheRightSchemes) {
   EXPECT_TRUE(gptq.warnings().empty());
   EXPECT_TRUE(gptq.moe_blocks().empty());
 
-  auto moe = Checkpoint::open(test::data_dir() / "moe_gptq_e8_top2");
+  auto moe = Checkpoint::open(test::fixtures_dir() / "moe_gptq_e8_top2");
   auto blocks = moe.moe_blocks();
   ASSERT_EQ(blocks.size(), 1u);
   const MoeInfo& b = blocks[0];
@@ -88,7 +88,7 @@ TEST(Checkpoint, FixturesListTheRightSchemes) {
 double silu(double v) { return v / (1 + std::exp(-v)); }
 
 TEST(Checkpoint, MoeFixtureExpertsReproduceExpectedOutputs) {
-  auto dir = test::data_dir() / "moe_gptq_e8_top2";
+  auto dir = test::fixtures_dir() / "moe_gptq_e8_top2";
   auto ckpt = Checkpoint::open(dir);
   auto io = SafetensorsFile::open(dir / "io.safetensors");
   const int64_t K = 256, I = 384;

@@ -23,11 +23,14 @@
 
 namespace nibble::test {
 
-/// tests/data.
+/// tests/data (malformed inputs; the upstream-packed fixtures are in fixtures_dir()).
 inline std::filesystem::path data_dir() {
   if (const char* env = std::getenv("NIBBLE_TEST_DATA")) return env;
   return NIBBLE_TEST_DATA_DIR;
 }
+
+/// The upstream-packed fixtures (conformance/fixtures), which the conformance kit ships too.
+inline std::filesystem::path fixtures_dir() { return NIBBLE_FIXTURES_DIR; }
 
 /// A fresh directory removed when the object dies.
 class TempDir {

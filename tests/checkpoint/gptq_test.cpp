@@ -250,7 +250,7 @@ TEST(Gptq, MislabelledV2IsDetectedAndAMixIsRefused) {
 
 // The AutoGPTQ-packed fixture: decode, compare w_dequant and zeros exactly, reproduce y.
 TEST(Gptq, UpstreamFixtureReproducesExpectedOutputs) {
-  auto dir = test::data_dir() / "gptq_v1_sym_g128";
+  auto dir = test::fixtures_dir() / "gptq_v1_sym_g128";
   Checkpoint ckpt = Checkpoint::open(dir);
   CanonicalWeight w = ckpt.decode_linear("model.layers.0.self_attn.q_proj");
   ASSERT_EQ(w.K, 512);

@@ -37,7 +37,7 @@ TEST_P(Rtn, ErrorWithinOneStepAndGroupsWellFormed) {
                     .act_order = c.act_order,
                     .min_zero = c.min_zero};
   CanonicalWeight q = quantize_rtn(w, N, K, o, rng);
-  q.validate("rtn");
+  validate(q, "rtn");
   EXPECT_EQ(q.symmetric(), c.sym);
   EXPECT_EQ(q.g_idx.empty(), !c.act_order || c.group_size == -1);
   for (uint8_t z : q.zeros) EXPECT_GE(z, c.min_zero);

@@ -134,7 +134,7 @@ TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
       spec.group_size = 64;
       spec.act_order = act_order;
       spec.seed = act_order ? 3 : 4;
-      test::TestWeight tw = test::random_weight(spec);
+      test::CanonicalWeight tw = test::random_weight(spec);
       nibble_canonical_weight cw = tw.view();
       sdk::QuantWeight w(cw, "fill");
       auto packed = pack_linear(w, 1);

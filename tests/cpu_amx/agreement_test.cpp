@@ -49,7 +49,7 @@ TEST(CpuAmxAgreement, MatchesTheReferenceBackends) {
       for (int mode : {int(NIBBLE_MODE_WEIGHT_ONLY), int(NIBBLE_MODE_DYNAMIC_INT8)}) {
         QuantSpec spec{c.K,   c.N,  c.bits, c.group,          c.sym,
                        c.act, true, false,  sdk::dtype_f16(), ++seed};
-        TestWeight w = random_weight(spec);
+        CanonicalWeight w = random_weight(spec);
         nibble_layer_desc d = desc_for(w, mode);
         const nibble_kernel* mine =
             cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "linear_a16" : "linear_a8");

@@ -26,7 +26,7 @@ TEST(CpuAmxKernelO2, TileKernelsMatchThePortableOnes) {
                            bits == 4,
                            sdk::dtype_f16(),
                            uint32_t(M + bits)};
-      test::TestWeight tw = test::random_weight(spec);
+      test::CanonicalWeight tw = test::random_weight(spec);
       nibble_canonical_weight cw = tw.view();
       sdk::QuantWeight w(cw, "o2");
       auto packed = pack_linear(w, 1);

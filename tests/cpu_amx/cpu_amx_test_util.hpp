@@ -124,8 +124,8 @@ inline LinearResult run_linear(const PreparedLayer& layer, const Activations& x,
 }
 
 /// The layer descriptor of `w` for the given numeric mode.
-inline nibble_layer_desc desc_for(const TestWeight& w, int mode) {
-  nibble_layer_desc d = w.linear_desc();
+inline nibble_layer_desc desc_for(const CanonicalWeight& w, int mode) {
+  nibble_layer_desc d = linear_desc(w);
   d.numeric_mode = mode;
   return d;
 }

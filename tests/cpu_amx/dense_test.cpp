@@ -54,13 +54,8 @@ TEST_P(CpuAmxDense, MatchesFloat64) {
         d.numeric_mode = NIBBLE_MODE_FLOAT;
         d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
         ASSERT_EQ(why_not(k, d), "");
-        nibble_weight_input in{};
-        in.struct_size = sizeof in;
-        in.dense = &dw;
-        nibble_prepared* p = nullptr;
-        ErrorText err;
-        ASSERT_EQ(k->prepare(k, &d, &in, &p, err.get()), NIBBLE_OK) << err.text();
-        PreparedLayer layer(k, p);
+        const nibble_weight_input in = sdk::host::dense_input(dw);
+        PreparedLayer layer(sdk::host::prepare(k, d, in));  // throws with the plugin's message
         const DLDataType act = dtypes[size_t(M) % 3];
         Activations x = random_activations(M, s.K, act, ++seed);
         LinearResult r = run_linear(layer, x, s.N);
@@ -115,8 +110,8 @@ TEST(CpuAmxDenseF32, TakesRoutersAndLeavesLargeLayersToBf16) {
 
 TEST_P(CpuAmxDense, RefusesQuantizedLayers) {
   const nibble_kernel* k = cpu_amx().kernel(GetParam());
-  TestWeight w = random_weight(QuantSpec{});
-  EXPECT_NE(why_not(k, w.linear_desc()), "");
+  CanonicalWeight w = random_weight(QuantSpec{});
+  EXPECT_NE(why_not(k, linear_desc(w)), "");
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ TEST_P(CpuAmxLinear, MatchesFloat64OnEverySchemeShapeAndRowCount) {
       const DLDataType act = kActs[(si + mi) % 3];
       QuantSpec spec{shape.K,  shape.N,  s.bits, s.group, s.sym, s.act_order, (si + mi) % 2 == 0,
                      s.zero16, s.scales, ++seed};
-      TestWeight w = random_weight(spec);
+      CanonicalWeight w = random_weight(spec);
       nibble_layer_desc d = desc_for(w, mode);
       ASSERT_EQ(why_not(k, d), "");
       auto layer = prepare_linear(k, d, w);
@@ -119,7 +119,7 @@ TEST_P(CpuAmxLinear, ThreadCountDoesNotChangeResults) {
       cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "linear_a16" : "linear_a8");
   for (int64_t M : {1, 5, 64, 300}) {
     QuantSpec spec{512, 96, 4, 128, false, M == 64, true, true, sdk::dtype_f16(), uint32_t(M)};
-    TestWeight w = random_weight(spec);
+    CanonicalWeight w = random_weight(spec);
     auto layer = prepare_linear(k, desc_for(w, mode), w);
     Activations x = random_activations(M, 512, sdk::dtype_bf16(), 99);
     LinearResult one = run_linear(*layer, x, 96, 1);
@@ -149,7 +149,7 @@ TEST(CpuAmxLinearLayout, PreparedBytesStayWithin110PercentOfTheCheckpoint) {
         for (bool act : {false, true}) {
           if (act && group == -1) continue;
           QuantSpec spec{2048, 512, bits, group, sym, act, false, false, sdk::dtype_f16(), 5};
-          TestWeight w = random_weight(spec);
+          CanonicalWeight w = random_weight(spec);
           auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_WEIGHT_ONLY), w);
           const double G = double(w.num_groups), K = 2048, N = 512;
           double ckpt = K * N * bits / 8 + G * N * 2 + G * N * bits / 8 + (act ? 4 * K : 0);
@@ -162,7 +162,7 @@ TEST(CpuAmxLinearLayout, PreparedBytesStayWithin110PercentOfTheCheckpoint) {
 
 TEST(CpuAmxLinearLayout, RejectsMismatchedWeights) {
   const nibble_kernel* k = cpu_amx().kernel("linear_a16");
-  TestWeight w = random_weight(QuantSpec{});
+  CanonicalWeight w = random_weight(QuantSpec{});
   nibble_layer_desc d = desc_for(w, NIBBLE_MODE_WEIGHT_ONLY);
   d.K = w.K + 32;
   EXPECT_THROW(prepare_linear(k, d, w), std::runtime_error);

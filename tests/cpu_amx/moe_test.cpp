@@ -219,7 +219,7 @@ INSTANTIATE_TEST_SUITE_P(IsaAndMode, CpuAmxMoe,
 
 // The checkpoint's packed bytes of one expert weight (4/8-bit codes, f16 scales, packed zeros,
 // g_idx).
-double checkpoint_bytes_of(const TestWeight& w) {
+double checkpoint_bytes_of(const CanonicalWeight& w) {
   const double G = double(w.num_groups), K = double(w.K), N = double(w.N);
   return K * N * w.bits / 8 + G * N * 2 + G * N * w.bits / 8 + (w.g_idx.empty() ? 0 : 4 * K);
 }

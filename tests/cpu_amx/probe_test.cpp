@@ -85,7 +85,7 @@ TEST(CpuAmxProbe, DeclaresItsKernels) {
 TEST(CpuAmxProbe, ExplainsWhatItCannotImplement) {
   const nibble_kernel* a16 = cpu_amx().kernel("linear_a16");
   QuantSpec s;
-  TestWeight w = random_weight(s);
+  CanonicalWeight w = random_weight(s);
   nibble_layer_desc d = desc_for(w, NIBBLE_MODE_WEIGHT_ONLY);
   EXPECT_EQ(why_not(a16, d), "");
   nibble_layer_desc bad = d;

@@ -5,6 +5,8 @@
 // -ffp-contract=off.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "cpu_amx_test_util.hpp"
 #include "safetensors_lite.hpp"
 #include "w4a8_oracle.hpp"
@@ -12,23 +14,20 @@
 namespace nibble::test {
 namespace {
 
-std::string data_dir() {
-  const char* e = std::getenv("NIBBLE_TEST_DATA");
-  return e ? e : NIBBLE_TEST_DATA_DIR;
-}
+std::string fixtures_dir() { return NIBBLE_FIXTURES_DIR; }
 
 // Decode one of the two linear fixtures (GPTQ v1 symmetric, AWQ GEMM; docs/formats.md#gptq-packing
 // and #awq-gemm-packing) into the canonical weight by hand: a few lines, independent of the core's
 // decoder.
-TestWeight decode_fixture(const std::string& name) {
-  SafetensorsFile f(data_dir() + "/" + name + "/model.safetensors");
+CanonicalWeight decode_fixture(const std::string& name) {
+  SafetensorsFile f(fixtures_dir() + "/" + name + "/model.safetensors");
   const std::string p = "model.layers.0.self_attn.q_proj.";
   const StTensor& qw = f.get(p + "qweight");
   const StTensor& qz = f.get(p + "qzeros");
   const StTensor& sc = f.get(p + "scales");
   const StTensor& bias = f.get(p + "bias");
   const bool gptq = name.rfind("gptq", 0) == 0;
-  TestWeight w;
+  CanonicalWeight w;
   w.bits = 4;
   w.group_size = 128;
   w.K = gptq ? qw.shape[0] * 8 : qw.shape[0];
@@ -51,10 +50,18 @@ TestWeight decode_fixture(const std::string& name) {
       int shift = gptq ? 4 * int(n % 8) : 4 * kReverse[n % 8];
       w.zeros[size_t(g * w.N + n)] = uint8_t(((word >> shift) & 0xF) + (gptq ? 1 : 0));  // v1: +1
     }
-  w.scales16.resize(size_t(w.num_groups * w.N));
-  for (size_t i = 0; i < w.scales16.size(); ++i) w.scales16[i] = sc.at<uint16_t>(i);
-  w.bias.resize(size_t(w.N));
-  for (size_t i = 0; i < w.bias.size(); ++i) w.bias[i] = bias.at<uint16_t>(i);
+  // f16 scales and bias, copied bit for bit.
+  w.scales.resize(size_t(w.num_groups * w.N) * 2);
+  for (size_t i = 0; i < w.scales.size() / 2; ++i) {
+    const uint16_t v = sc.at<uint16_t>(i);
+    std::memcpy(&w.scales[2 * i], &v, 2);
+  }
+  w.bias_dtype = sdk::dtype_f16();
+  w.bias.resize(size_t(w.N) * 2);
+  for (size_t i = 0; i < w.bias.size() / 2; ++i) {
+    const uint16_t v = bias.at<uint16_t>(i);
+    std::memcpy(&w.bias[2 * i], &v, 2);
+  }
   if (gptq) {
     const StTensor& gi = f.get(p + "g_idx");
     w.g_idx.resize(size_t(w.K));
@@ -79,9 +86,9 @@ const int kFixtureRows[] = {1, 7, 33};
 
 TEST(CpuAmxW4A8, OracleReproducesTheFixtures) {
   for (const char* name : kFixtures) {
-    TestWeight w = decode_fixture(name);
-    SafetensorsFile io(data_dir() + "/" + name + "/io.safetensors");
-    SafetensorsFile ex(data_dir() + "/" + name + "/w4a8.safetensors");
+    CanonicalWeight w = decode_fixture(name);
+    SafetensorsFile io(fixtures_dir() + "/" + name + "/io.safetensors");
+    SafetensorsFile ex(fixtures_dir() + "/" + name + "/w4a8.safetensors");
     // The decode itself: zero points as the fixture states them.
     const StTensor& zeros = io.get("zeros");
     for (size_t i = 0; i < w.zeros.size(); ++i)
@@ -128,9 +135,9 @@ TEST_P(CpuAmxW4A8Exact, ReproducesTheFixturesBitForBit) {
   const nibble_kernel* k = cpu_amx().kernel("linear_a8");
   const nibble_kernel* a16 = cpu_amx().kernel("linear_a16");
   for (const char* name : kFixtures) {
-    TestWeight w = decode_fixture(name);
-    SafetensorsFile io(data_dir() + "/" + name + "/io.safetensors");
-    SafetensorsFile ex(data_dir() + "/" + name + "/w4a8.safetensors");
+    CanonicalWeight w = decode_fixture(name);
+    SafetensorsFile io(fixtures_dir() + "/" + name + "/io.safetensors");
+    SafetensorsFile ex(fixtures_dir() + "/" + name + "/w4a8.safetensors");
     auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_DYNAMIC_INT8), w);
     auto layer16 = prepare_linear(a16, desc_for(w, NIBBLE_MODE_WEIGHT_ONLY), w);
     for (int M : kFixtureRows) {
@@ -180,7 +187,7 @@ TEST_P(CpuAmxW4A8Exact, MatchesTheOracleBitForBitOnRandomLayers) {
     for (int64_t M : {1, 2, 3, 4, 5, 17, 64, 300}) {
       QuantSpec spec{c.K,   c.N,        c.bits, c.group,          c.sym,
                      c.act, M % 2 == 1, c.z16,  sdk::dtype_f16(), ++seed};
-      TestWeight w = random_weight(spec);
+      CanonicalWeight w = random_weight(spec);
       auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_DYNAMIC_INT8), w);
       Activations x = random_activations(M, c.K, sdk::dtype_bf16(), ++seed);
       std::vector<float> C = w4a8_oracle(w, x.values, M);

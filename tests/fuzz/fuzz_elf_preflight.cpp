@@ -1,7 +1,7 @@
 // libFuzzer target: the plugin preflight's ELF reader on any byte string. It must never read
 // outside the image, never allocate by a size the image claims (the run's -malloc_limit_mb turns
 // such an allocation into a finding), and report a problem or symbols, never both.
-#include <nibble/elf_exports.hpp>
+#include "registry/elf_exports.hpp"
 
 #include <cstddef>
 #include <cstdint>

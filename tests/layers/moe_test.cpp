@@ -15,7 +15,7 @@ using namespace nibble::test;
 
 namespace {
 
-const std::string kFixture = std::string(NIBBLE_TEST_DATA_DIR) + "/moe_gptq_e8_top2";
+const std::string kFixture = std::string(NIBBLE_FIXTURES_DIR) + "/moe_gptq_e8_top2";
 
 Mat load(const TensorView& v) {
   DLDataType dt = to_dlpack(v.dtype);

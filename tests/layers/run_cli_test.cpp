@@ -42,7 +42,7 @@ TEST(RunCli, EveryFixtureOnEveryBackend) {
   int runs = 0;
   for (const Fixture& f : fixtures) {
     bool moe = std::string(f.layer).find("mlp") != std::string::npos;
-    std::string data = std::string(NIBBLE_TEST_DATA_DIR) + "/" + f.dir;
+    std::string data = std::string(NIBBLE_FIXTURES_DIR) + "/" + f.dir;
     auto io = SafetensorsFile::open(data + "/io.safetensors");
     for (const char* backend : {"npu_ref", "gpu_ref", "cpu_amx"}) {
       for (const char* mode : {"w4a16", "w4a8"}) {

@@ -38,8 +38,8 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 TEST_P(ReferenceBadInput, LinearForwardRejectsWrongDtypesAndShapes) {
-  const TestWeight w = random_weight(QuantSpec{128, 64, 4, 64});
-  auto layer = prepare_linear(linear, w.linear_desc(), w);
+  const CanonicalWeight w = random_weight(QuantSpec{128, 64, 4, 64});
+  auto layer = prepare_linear(linear, linear_desc(w), w);
   Tensor2D x_i32(3, 128, sdk::dtype_i32()), y_i32(3, 64, sdk::dtype_i32());
   EXPECT_TRUE(contains(forward_error(*layer, &x_i32.t, &y_i32.t), "x: dtype i32"));
   Tensor2D x(3, 128, sdk::dtype_f32()), y_f16(3, 64, sdk::dtype_f16());
@@ -51,22 +51,22 @@ TEST_P(ReferenceBadInput, LinearForwardRejectsWrongDtypesAndShapes) {
 }
 
 TEST_P(ReferenceBadInput, PrepareRejectsWeightsThatDisagreeWithTheDescriptor) {
-  const TestWeight w = random_weight(QuantSpec{128, 64, 4, 64});
-  nibble_layer_desc d = w.linear_desc("model.q_proj");
+  const CanonicalWeight w = random_weight(QuantSpec{128, 64, 4, 64});
+  nibble_layer_desc d = linear_desc(w, "model.q_proj");
   d.N = 128;
   PrepareResult p = try_prepare_linear(linear, d, w);
   EXPECT_EQ(p.status, NIBBLE_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(p.message, "model.q_proj")) << p.message;
 
-  TestWeight bad = w;
+  CanonicalWeight bad = w;
   bad.q[5] = 16;  // not a 4-bit value
-  p = try_prepare_linear(linear, bad.linear_desc(), bad);
+  p = try_prepare_linear(linear, linear_desc(bad), bad);
   EXPECT_EQ(p.status, NIBBLE_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(p.message, "does not fit 4 bits")) << p.message;
 
-  TestWeight act = random_weight(QuantSpec{128, 64, 4, 64, true, true});
+  CanonicalWeight act = random_weight(QuantSpec{128, 64, 4, 64, true, true});
   act.g_idx[3] = 9;  // group 9 of 2
-  p = try_prepare_linear(linear, act.linear_desc(), act);
+  p = try_prepare_linear(linear, linear_desc(act), act);
   EXPECT_EQ(p.status, NIBBLE_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(p.message, "g_idx[3] = 9")) << p.message;
 }
@@ -106,8 +106,8 @@ TEST_P(ReferenceBadInput, MoeRejectsBadRoutingAndMismatchedExperts) {
 
 // NaN in x[m] reaches every output of row m and no other row.
 TEST_P(ReferenceBadInput, NanInTheInputPropagatesToItsRowOnly) {
-  const TestWeight w = random_weight(QuantSpec{128, 64, 4, 64});
-  auto layer = prepare_linear(linear, w.linear_desc(), w);
+  const CanonicalWeight w = random_weight(QuantSpec{128, 64, 4, 64});
+  auto layer = prepare_linear(linear, linear_desc(w), w);
   Activations x = random_activations(3, 128, sdk::dtype_bf16(), 5);
   sdk::store_float(x.bytes.data(), x.dtype, 128 + 17, std::numeric_limits<float>::quiet_NaN());
   const CaseResult r = run_linear(*layer, x, 64, std::vector<double>(3 * 64, 1.0));

@@ -1,7 +1,7 @@
-// The reference kernels on the upstream-packed fixtures (tests/data): a GPTQ v1 and an AWQ GEMM
-// linear layer and a GPTQ MoE block, decoded by the core's checkpoint reader, computed by every
-// npu_ref / gpu_ref kernel that takes them, and compared with the float64 outputs stored next to
-// them (f32 and bf16 inputs, M ∈ {1, 7, 33}, MoE with and without renormalised routing weights).
+// The reference kernels on the upstream-packed fixtures (conformance/fixtures): a GPTQ v1 and an
+// AWQ GEMM linear layer and a GPTQ MoE block, decoded by the core's checkpoint reader, computed by
+// every npu_ref / gpu_ref kernel that takes them, and compared with the float64 outputs stored next
+// to them (f32 and bf16 inputs, M ∈ {1, 7, 33}, MoE with and without renormalised routing weights).
 #include <gtest/gtest.h>
 #include <nibble/checkpoint.hpp>
 #include <nibble/safetensors.hpp>
@@ -16,7 +16,7 @@ namespace nibble::test {
 namespace {
 
 std::string fixture(const std::string& name) {
-  return std::string(NIBBLE_TEST_DATA_DIR) + "/" + name;
+  return std::string(NIBBLE_FIXTURES_DIR) + "/" + name;
 }
 
 // A tensor of the io file as activations of `dtype` (its values are exact in that dtype).
@@ -81,13 +81,8 @@ TEST_F(ReferenceFixtures, LinearLayersReproduceTheStoredOutputs) {
                                    gpu->kernel("linear_exllama")}) {
       ASSERT_EQ(why_not(k, d), "") << name << " " << k->name;
       const nibble_canonical_weight cw = w.view();
-      nibble_weight_input in{};
-      in.struct_size = sizeof in;
-      in.quantized = &cw;
-      nibble_prepared* p = nullptr;
-      ErrorText err;
-      ASSERT_EQ(k->prepare(k, &d, &in, &p, err.get()), NIBBLE_OK) << err.text();
-      PreparedLayer prepared(k, p);
+      const nibble_weight_input in = sdk::host::quantized_input(cw);
+      PreparedLayer prepared(sdk::host::prepare(k, d, in));  // throws with the plugin's message
       for (int M : {1, 7, 33})
         for (const std::string tag : {"", "bf16_"}) {
           const DLDataType dt = tag.empty() ? sdk::dtype_f32() : sdk::dtype_bf16();
@@ -110,13 +105,6 @@ TEST_F(ReferenceFixtures, LinearLayersReproduceTheStoredOutputs) {
   }
 }
 
-// Experts handed to the kernels straight from the checkpoint, one at a time.
-struct CheckpointExperts {
-  const Checkpoint* ckpt;
-  std::string prefix;
-  std::pair<CanonicalWeight, CanonicalWeight> current;
-};
-
 TEST_F(ReferenceFixtures, MoeBlockReproducesTheStoredOutputs) {
   const std::string name = "moe_gptq_e8_top2";
   const Checkpoint ckpt = Checkpoint::open(fixture(name));
@@ -124,53 +112,24 @@ TEST_F(ReferenceFixtures, MoeBlockReproducesTheStoredOutputs) {
   const std::vector<MoeInfo> blocks = ckpt.moe_blocks();
   ASSERT_EQ(blocks.size(), 1u);
   const MoeInfo& b = blocks[0];
-  CheckpointExperts source{&ckpt, b.prefix, {}};
-  source.current = ckpt.decode_expert(b.prefix, 0);
-  nibble_layer_desc d{};
-  d.struct_size = sizeof d;
-  d.op = NIBBLE_OP_MOE;
-  d.name = b.prefix.c_str();
-  d.K = b.hidden;
-  d.N = b.intermediate;
-  d.bits = b.w13_bits;
-  d.group_size = b.w13_group_size;
-  d.has_g_idx = source.current.first.g_idx.empty() ? 0 : 1;
-  d.symmetric = source.current.first.symmetric() ? 1 : 0;
-  d.weight_dtype = source.current.first.scales_dtype;
-  d.numeric_mode = NIBBLE_MODE_WEIGHT_ONLY;
-  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_BF16 | NIBBLE_DTYPE_F16;
-  d.num_experts = b.num_experts;
-  d.top_k = 2;
-  d.activation = NIBBLE_ACT_SILU;
-  d.w2_group_size = b.w2_group_size;
-  d.w2_has_g_idx = source.current.second.g_idx.empty() ? 0 : 1;
-  d.w2_symmetric = source.current.second.symmetric() ? 1 : 0;
-
-  nibble_moe_source src{};
-  src.struct_size = sizeof src;
-  src.num_experts = b.num_experts;
-  src.ctx = &source;
-  src.get_expert = [](void* ctx, int32_t e, nibble_canonical_weight* w13,
-                      nibble_canonical_weight* w2, nibble_error*) -> nibble_status {
-    auto* s = static_cast<CheckpointExperts*>(ctx);
-    s->current = s->ckpt->decode_expert(s->prefix, e);
-    *w13 = s->current.first.view();
-    *w2 = s->current.second.view();
-    return NIBBLE_OK;
-  };
-  src.put_expert = [](void*, int32_t) {};
-  nibble_weight_input in{};
-  in.struct_size = sizeof in;
-  in.experts = &src;
+  // Every expert decoded up front (the block is small), so the descriptor speaks for all of them.
+  std::vector<std::pair<CanonicalWeight, CanonicalWeight>> decoded;
+  for (int e = 0; e < b.num_experts; ++e) decoded.push_back(ckpt.decode_expert(b.prefix, e));
+  std::vector<nibble_canonical_weight> w13_views, w2_views;
+  for (const auto& [w13, w2] : decoded) {
+    w13_views.push_back(w13.view());
+    w2_views.push_back(w2.view());
+  }
+  const sdk::host::MoeShape shape{b.hidden, b.intermediate, b.num_experts, 2};
+  const nibble_layer_desc d = sdk::host::moe_desc(shape, w13_views, w2_views, b.prefix.c_str());
+  sdk::host::ExpertViews experts(w13_views, w2_views);
+  const nibble_weight_input in = sdk::host::experts_input(experts.source());
 
   // K = 256, I = 384, group 128: both w13 and w2 fit Marlin's rules, so all three kernels run.
   for (const nibble_kernel* k :
        {npu->kernel("moe_antiquant"), gpu->kernel("moe_marlin"), gpu->kernel("moe_exllama")}) {
     ASSERT_EQ(why_not(k, d), "") << k->name;
-    nibble_prepared* p = nullptr;
-    ErrorText err;
-    ASSERT_EQ(k->prepare(k, &d, &in, &p, err.get()), NIBBLE_OK) << err.text();
-    PreparedLayer prepared(k, p);
+    PreparedLayer prepared(sdk::host::prepare(k, d, in));  // throws with the plugin's message
     for (int M : {1, 7, 33})
       for (const std::string tag : {"", "bf16_"})
         for (const std::string norm : {"", "norenorm_"}) {

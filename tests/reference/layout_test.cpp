@@ -112,7 +112,7 @@ TEST(ReferenceMarlinLayout, ScalePermutationsAreVllms) {
 // scales through scale_perm_single, and its words are marlin_repack of the q matrix.
 TEST(ReferenceMarlinLayout, PackedWeightUsesPermutedScalesAndRepackedWords) {
   for (int gs : {64, -1}) {
-    const TestWeight w =
+    const CanonicalWeight w =
         random_weight(QuantSpec{128, 64, 4, gs, true, false, false, false, sdk::dtype_f32(), 3});
     const nibble_canonical_weight cw = w.view();
     const auto m = gpu_ref::MarlinWeight::pack(sdk::QuantWeight(cw, "w"));
@@ -134,7 +134,7 @@ TEST(ReferenceMarlinLayout, PackedWeightUsesPermutedScalesAndRepackedWords) {
 
 // AWQ-style zero points: scale_perm, then the [0,2,4,6,1,3,5,7] interleave, packed along N.
 TEST(ReferenceMarlinLayout, ZeroPointsArePermutedInterleavedAndPacked) {
-  TestWeight w =
+  CanonicalWeight w =
       random_weight(QuantSpec{128, 64, 4, 128, false, false, false, false, sdk::dtype_f16(), 4});
   for (int64_t n = 0; n < w.N; ++n) w.zeros[size_t(n)] = uint8_t(n % 16);
   const nibble_canonical_weight cw = w.view();
@@ -152,7 +152,7 @@ TEST(ReferenceMarlinLayout, ZeroPointsArePermutedInterleavedAndPacked) {
 
 // exllamav2 shuffle_4bit_8: rows 0..7 of a word with values 1..8 become nibbles 1,3,5,7,2,4,6,8.
 TEST(ReferenceExllamaLayout, FourBitWordsAreShuffled) {
-  TestWeight w =
+  CanonicalWeight w =
       random_weight(QuantSpec{8, 1, 4, -1, true, false, false, false, sdk::dtype_f16(), 5});
   for (int k = 0; k < 8; ++k) w.q[size_t(k)] = uint8_t(k + 1);
   const nibble_canonical_weight cw = w.view();
@@ -165,7 +165,7 @@ TEST(ReferenceExllamaLayout, FourBitWordsAreShuffled) {
 // Act-order rows are made sequential by group (q_perm = stable argsort of g_idx); v1 zero points
 // (1..16) are stored minus one, v2-style ones (0..15) as they are.
 TEST(ReferenceExllamaLayout, QPermSortsByGroupAndZeroOffsetFollowsTheZeros) {
-  TestWeight w =
+  CanonicalWeight w =
       random_weight(QuantSpec{16, 8, 4, 8, false, true, false, false, sdk::dtype_f16(), 6});
   for (int k = 0; k < 16; ++k) w.g_idx[size_t(k)] = k % 2;  // groups interleaved
   for (size_t i = 0; i < w.zeros.size(); ++i) w.zeros[i] = uint8_t(1 + i % 16);  // 1..16
@@ -185,7 +185,7 @@ TEST(ReferenceExllamaLayout, QPermSortsByGroupAndZeroOffsetFollowsTheZeros) {
 // Ascend: centred int4 two per byte, offset = 2^(bits-1) - z (the sign that reproduces
 // (q - z) · s, not upstream GPTQ's z - 8), including z = 16 where w + offset reaches -16.
 TEST(ReferenceAscendLayout, CentredWeightsAndOffsetSign) {
-  TestWeight w =
+  CanonicalWeight w =
       random_weight(QuantSpec{64, 9, 4, 32, false, false, false, false, sdk::dtype_f16(), 7});
   w.zeros[0] = 16;
   w.zeros[1] = 3;

@@ -68,21 +68,21 @@ std::vector<Variant> all_variants() {
   return v;
 }
 
-TestWeight make_weight(const Variant& v) {
-  TestWeight w = random_weight(v.spec);
+CanonicalWeight make_weight(const Variant& v) {
+  CanonicalWeight w = random_weight(v.spec);
   if (v.v1_zero_range)
     for (auto& z : w.zeros) z = uint8_t(z == 0 ? 16 : z);
   return w;
 }
 
-bool has_zero(const TestWeight& w, int z) {
+bool has_zero(const CanonicalWeight& w, int z) {
   for (uint8_t v : w.zeros)
     if (v == z) return true;
   return false;
 }
 
 // Marlin's rules, restated independently of the plugin.
-std::string expected_marlin_refusal(const TestWeight& w, const nibble_layer_desc& d) {
+std::string expected_marlin_refusal(const CanonicalWeight& w, const nibble_layer_desc& d) {
   if (w.N % 64 != 0) return "multiple of 64";
   if (w.K % 128 != 0) return "multiple of 128";
   if (d.has_g_idx && !d.symmetric) return "act-order with zero points";
@@ -105,8 +105,8 @@ class SchemeVariant : public ReferenceLinear, public ::testing::WithParamInterfa
 
 TEST_P(SchemeVariant, MatchesFloat64OrRefusesWithReason) {
   const Variant& v = GetParam();
-  const TestWeight w = make_weight(v);
-  const nibble_layer_desc d = w.linear_desc(v.name.c_str());
+  const CanonicalWeight w = make_weight(v);
+  const nibble_layer_desc d = linear_desc(w, v.name.c_str());
   struct Candidate {
     const nibble_kernel* kernel;
     std::string expected_refusal;        // can_implement
@@ -182,13 +182,13 @@ INSTANTIATE_TEST_SUITE_P(Reference, SchemeVariant, ::testing::ValuesIn(all_varia
 // fp32 activations must be far inside the 1e-5 promise, not just under it: a kernel summing in a
 // sloppier order would show here first.
 TEST_F(ReferenceLinear, F32ErrorIsNearFp32Rounding) {
-  const TestWeight w =
+  const CanonicalWeight w =
       random_weight(QuantSpec{1024, 128, 4, 128, true, true, true, false, sdk::dtype_f16(), 7});
   const Activations x = random_activations(33, w.K, sdk::dtype_f32(), 8);
   const std::vector<double> ref = reference_linear(w, x.values, 33);
   for (const nibble_kernel* k : {npu->kernel("linear_antiquant"), gpu->kernel("linear_marlin"),
                                  gpu->kernel("linear_exllama")}) {
-    auto layer = prepare_linear(k, w.linear_desc(), w);
+    auto layer = prepare_linear(k, linear_desc(w), w);
     const CaseResult r = run_linear(*layer, x, w.N, ref);
     ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
     EXPECT_LT(r.rel_error, 1e-6) << k->name;
@@ -198,14 +198,14 @@ TEST_F(ReferenceLinear, F32ErrorIsNearFp32Rounding) {
 // Bias on and off on the same weight: the difference is exactly the bias, broadcast per row.
 TEST_F(ReferenceLinear, BiasIsAddedPerOutput) {
   QuantSpec s{128, 64, 4, 32, false, false, true, false, sdk::dtype_f16(), 11};
-  const TestWeight with_bias = random_weight(s);
-  TestWeight without = with_bias;
+  const CanonicalWeight with_bias = random_weight(s);
+  CanonicalWeight without = with_bias;
   without.bias.clear();
   const Activations x = random_activations(7, s.K, sdk::dtype_f32(), 12);
   for (const nibble_kernel* k : {npu->kernel("linear_antiquant"), gpu->kernel("linear_marlin"),
                                  gpu->kernel("linear_exllama")}) {
-    auto a = prepare_linear(k, with_bias.linear_desc(), with_bias);
-    auto b = prepare_linear(k, without.linear_desc(), without);
+    auto a = prepare_linear(k, linear_desc(with_bias), with_bias);
+    auto b = prepare_linear(k, linear_desc(without), without);
     const CaseResult ra = run_linear(*a, x, s.N, reference_linear(with_bias, x.values, 7));
     const CaseResult rb = run_linear(*b, x, s.N, reference_linear(without, x.values, 7));
     ASSERT_EQ(ra.status, NIBBLE_OK);
@@ -221,13 +221,13 @@ TEST_F(ReferenceLinear, BiasIsAddedPerOutput) {
 // One thread and many give the same numbers (the summation order does not depend on threads),
 // and concurrent forwards on one prepared weight are safe.
 TEST_F(ReferenceLinear, ThreadsDoNotChangeResultsAndConcurrentForwardIsSafe) {
-  const TestWeight w =
+  const CanonicalWeight w =
       random_weight(QuantSpec{256, 128, 4, 64, false, false, false, false, sdk::dtype_f16(), 21});
   const Activations x = random_activations(65, w.K, sdk::dtype_bf16(), 22);
   const std::vector<double> ref = reference_linear(w, x.values, 65);
   for (const nibble_kernel* k : {npu->kernel("linear_antiquant"), gpu->kernel("linear_marlin"),
                                  gpu->kernel("linear_exllama")}) {
-    auto layer = prepare_linear(k, w.linear_desc(), w);
+    auto layer = prepare_linear(k, linear_desc(w), w);
     const CaseResult serial = run_linear(*layer, x, w.N, ref, 1);
     std::vector<CaseResult> results(4);
     std::vector<std::thread> threads;

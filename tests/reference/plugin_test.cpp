@@ -50,8 +50,8 @@ TEST(ReferencePlugins, DescribeThemselvesAndAreAvailableEverywhere) {
 }
 
 // A linear descriptor of any shape (the weight behind it is never prepared).
-nibble_layer_desc linear_desc(int64_t K, int64_t N, int bits, int gs) {
-  nibble_layer_desc d = random_weight(QuantSpec{8, 8, 4, -1}).linear_desc();
+nibble_layer_desc shaped_desc(int64_t K, int64_t N, int bits, int gs) {
+  nibble_layer_desc d = linear_desc(random_weight(QuantSpec{8, 8, 4, -1}));
   d.K = K;
   d.N = N;
   d.bits = bits;
@@ -65,26 +65,26 @@ TEST(ReferencePlugins, DescriptorRefusalsNameTheRule) {
   const nibble_kernel* marlin = gpu.kernel("linear_marlin");
   const nibble_kernel* exllama = gpu.kernel("linear_exllama");
 
-  nibble_layer_desc d = linear_desc(256, 128, 4, 256);  // group 256: not a Marlin group size
+  nibble_layer_desc d = shaped_desc(256, 128, 4, 256);  // group 256: not a Marlin group size
   EXPECT_NE(why_not(marlin, d).find("Marlin supports -1, 32, 64 and 128"), std::string::npos);
   EXPECT_EQ(why_not(exllama, d), "");
   EXPECT_EQ(why_not(antiquant, d), "");
 
-  d = linear_desc(256, 96, 4, 128);
+  d = shaped_desc(256, 96, 4, 128);
   EXPECT_NE(why_not(marlin, d).find("N = 96 is not a multiple of 64"), std::string::npos);
-  d = linear_desc(192, 128, 4, 64);
+  d = shaped_desc(192, 128, 4, 64);
   EXPECT_NE(why_not(marlin, d).find("K = 192 is not a multiple of 128"), std::string::npos);
 
-  d = linear_desc(256, 128, 3, 128);
+  d = shaped_desc(256, 128, 3, 128);
   for (const nibble_kernel* k : {antiquant, marlin, exllama})
     EXPECT_NE(why_not(k, d).find("3-bit"), std::string::npos) << k->name;
 
-  d = linear_desc(256, 128, 4, 128);
+  d = shaped_desc(256, 128, 4, 128);
   d.numeric_mode = NIBBLE_MODE_DYNAMIC_INT8;
   for (const nibble_kernel* k : {antiquant, marlin, exllama})
     EXPECT_NE(why_not(k, d).find("dynamic int8"), std::string::npos) << k->name;
 
-  d = linear_desc(256, 128, 4, 128);
+  d = shaped_desc(256, 128, 4, 128);
   d.op = NIBBLE_OP_MOE;
   EXPECT_NE(why_not(antiquant, d), "");
   d.num_experts = 4;
@@ -130,13 +130,8 @@ TEST(ReferencePlugins, DenseKernelsMatchFloat64) {
     d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
     for (const nibble_kernel* k : {npu.kernel("dense"), gpu.kernel("dense")}) {
       ASSERT_EQ(why_not(k, d), "");
-      nibble_weight_input in{};
-      in.struct_size = sizeof in;
-      in.dense = &dw;
-      nibble_prepared* p = nullptr;
-      ErrorText err;
-      ASSERT_EQ(k->prepare(k, &d, &in, &p, err.get()), NIBBLE_OK) << err.text();
-      PreparedLayer layer(k, p);
+      const nibble_weight_input in = sdk::host::dense_input(dw);
+      PreparedLayer layer(sdk::host::prepare(k, d, in));  // throws with the plugin's message
       for (int64_t M : {1, 33})
         for (DLDataType dt : {sdk::dtype_f32(), sdk::dtype_bf16(), sdk::dtype_f16()}) {
           const Activations x = random_activations(M, K, dt, uint32_t(M) + 5);
@@ -160,8 +155,8 @@ TEST(ReferencePlugins, DenseKernelsMatchFloat64) {
 // M = 0 is a no-op: y is not touched.
 TEST(ReferencePlugins, EmptyBatchIsANoOp) {
   HarnessPlugin npu("npu_ref");
-  const TestWeight w = random_weight(QuantSpec{64, 32, 4, 32});
-  auto layer = prepare_linear(npu.kernel("linear_antiquant"), w.linear_desc(), w);
+  const CanonicalWeight w = random_weight(QuantSpec{64, 32, 4, 32});
+  auto layer = prepare_linear(npu.kernel("linear_antiquant"), linear_desc(w), w);
   Tensor2D x(0, 64, sdk::dtype_f32()), y(0, 32, sdk::dtype_f32());
   std::string message;
   EXPECT_EQ(layer->forward(&x.t, &y.t, nullptr, nullptr, 2, &message), NIBBLE_OK) << message;
@@ -172,8 +167,8 @@ TEST(ReferencePlugins, EmptyBatchIsANoOp) {
 TEST(ReferencePlugins, ShutdownAfterWorkReturns) {
   for (const std::string name : {"npu_ref", "gpu_ref"}) {
     HarnessPlugin p(name);
-    const TestWeight w = random_weight(QuantSpec{256, 128, 4, 64});
-    auto layer = prepare_linear(p.kernels(NIBBLE_OP_LINEAR).back(), w.linear_desc(), w);
+    const CanonicalWeight w = random_weight(QuantSpec{256, 128, 4, 64});
+    auto layer = prepare_linear(p.kernels(NIBBLE_OP_LINEAR).back(), linear_desc(w), w);
     const Activations x = random_activations(64, w.K, sdk::dtype_f32(), 1);
     const std::vector<double> ref = reference_linear(w, x.values, 64);
     ASSERT_EQ(run_linear(*layer, x, w.N, ref).status, NIBBLE_OK);

@@ -123,9 +123,9 @@ TEST(HostileCheckpoint, EmptyBackendItemsAreRefusedNotTakenAsAuto) {
   // The CLI flag reaches selection, which refuses it too.
   ChildRun r =
       run_cli({"run", "--no-default-plugin-dir", "--plugin-dir", NIBBLE_PLUGIN_BUILD_DIR,
-               "--backend", ",", "--model", std::string(NIBBLE_TEST_DATA_DIR) + "/gptq_v1_sym_g128",
+               "--backend", ",", "--model", std::string(NIBBLE_FIXTURES_DIR) + "/gptq_v1_sym_g128",
                "--layer", "model.layers.0.self_attn.q_proj", "--input",
-               std::string(NIBBLE_TEST_DATA_DIR) + "/gptq_v1_sym_g128/io.safetensors:x_m1",
+               std::string(NIBBLE_FIXTURES_DIR) + "/gptq_v1_sym_g128/io.safetensors:x_m1",
                "--output", (dir / "y.safetensors").string()});
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("empty item"));

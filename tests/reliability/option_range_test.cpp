@@ -118,7 +118,7 @@ TEST(OptionRange, QuantizeRefusesEveryOutOfRangeNumber) {
 }
 
 TEST(OptionRange, RunRefusesBadTopKAndAnEmptyBackendList) {
-  const std::string data = std::string(NIBBLE_TEST_DATA_DIR) + "/moe_gptq_e8_top2";
+  const std::string data = std::string(NIBBLE_FIXTURES_DIR) + "/moe_gptq_e8_top2";
   const std::string out = scratch("run") + "/y.safetensors";
   const std::string base = "run " + kRuntime + " --model " + data +
                            " --layer model.layers.0.mlp --input " + data +
@@ -156,7 +156,7 @@ TEST(OptionRange, RunChecksTheInputsKBeforeAllocatingTheOutput) {
   ASSERT_NE(f, nullptr);
   std::fwrite(file.data(), 1, file.size(), f);
   std::fclose(f);
-  const std::string data = std::string(NIBBLE_TEST_DATA_DIR) + "/gptq_v1_sym_g128";
+  const std::string data = std::string(NIBBLE_FIXTURES_DIR) + "/gptq_v1_sym_g128";
   for (const char* layer : {"model.layers.0.self_attn.q_proj"}) {
     expect_refused({"run " + kRuntime + " --model " + data + " --layer " + layer + " --input " +
                         dir + "/x.safetensors:x --output " + dir + "/y.safetensors",

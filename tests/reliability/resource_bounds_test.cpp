@@ -144,7 +144,7 @@ TEST(ResourceBounds, FifosDevicesAndDirectoriesAreRefusedWithoutBlocking) {
 
 TEST(ResourceBounds, TheCliRefusesAFifoInputAndAnEmptyTensorOfManyRows) {
   ScratchDir dir("cli_input");
-  const std::string model = std::string(NIBBLE_TEST_DATA_DIR) + "/gptq_v1_sym_g128";
+  const std::string model = std::string(NIBBLE_FIXTURES_DIR) + "/gptq_v1_sym_g128";
   const fs::path fifo = dir / "x.safetensors";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   auto run = [&](const std::string& input) {
@@ -221,7 +221,7 @@ TEST(ResourceBounds, AShardLinkLeadingOutOfTheCheckpointIsRefused) {
 
 TEST(ResourceBounds, MoeConfigNumbersAreCheckedNotWrappedOrIgnored) {
   ScratchDir dir("moe_numbers");
-  const fs::path src = fs::path(NIBBLE_TEST_DATA_DIR) / "moe_gptq_e8_top2";
+  const fs::path src = fs::path(NIBBLE_FIXTURES_DIR) / "moe_gptq_e8_top2";
   const fs::path ckpt = dir / "moe";
   fs::create_directories(ckpt);
   fs::copy_file(src / "model.safetensors", ckpt / "model.safetensors");

@@ -25,7 +25,7 @@ TEST(SdkOutOfTree, TemplatePluginLoadsAndMatchesTheReference) {
   spec.group_size = 32;
   spec.bias = true;
   auto w = nibble::test::random_weight(spec);
-  nibble_layer_desc d = w.linear_desc();
+  nibble_layer_desc d = nibble::test::linear_desc(w);
   auto sel = reg->select(d, "template");
   auto prepared = nibble::test::prepare_linear(sel.kernel->kernel, d, w);
   auto x = nibble::test::random_activations(3, spec.K, nibble::sdk::dtype_f32(), 7);

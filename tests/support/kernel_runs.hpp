@@ -35,19 +35,9 @@ struct PrepareResult {
 
 /// Prepare a quantized linear weight, keeping the status and message on failure.
 inline PrepareResult try_prepare_linear(const nibble_kernel* k, const nibble_layer_desc& d,
-                                        const TestWeight& w) {
-  nibble_canonical_weight cw = w.view();
-  nibble_weight_input in{};
-  in.struct_size = sizeof in;
-  in.quantized = &cw;
-  nibble_prepared* p = nullptr;
-  ErrorText err;
+                                        const CanonicalWeight& w) {
   PrepareResult r;
-  r.status = k->prepare(k, &d, &in, &p, err.get());
-  if (r.status == NIBBLE_OK)
-    r.layer = std::make_unique<PreparedLayer>(k, p);
-  else
-    r.message = err.text();
+  r.status = sdk::host::status_of([&] { r.layer = prepare_linear(k, d, w); }, &r.message);
   return r;
 }
 
@@ -55,20 +45,8 @@ inline PrepareResult try_prepare_linear(const nibble_kernel* k, const nibble_lay
 inline PrepareResult try_prepare_moe(const nibble_kernel* k, const nibble_layer_desc& d,
                                      const TestExperts& ex) {
   PrepareResult r;
-  try {
-    r.layer = prepare_moe(k, d, ex);
-  } catch (const std::exception& e) {
-    r.status = NIBBLE_INVALID_ARGUMENT;  // the harness only keeps the message
-    r.message = e.what();
-  }
+  r.status = sdk::host::status_of([&] { r.layer = prepare_moe(k, d, ex); }, &r.message);
   return r;
-}
-
-/// Copy activations into a fresh tensor.
-inline std::unique_ptr<Tensor2D> tensor_of(const Activations& a) {
-  auto t = std::make_unique<Tensor2D>(a.M, a.K, a.dtype);
-  std::memcpy(t->bytes.data(), a.bytes.data(), a.bytes.size());
-  return t;
 }
 
 /// What one forward produced, compared with the reference.

@@ -32,7 +32,7 @@ inline void w4a8_quantize_row(const double* x, int64_t K, std::vector<int32_t>* 
 
 /// The fp32 accumulators C[M][N] of the W4A8 arithmetic (before rounding to the output dtype).
 /// `x` holds the activations exactly (as double), as `Activations::values` does.
-inline std::vector<float> w4a8_oracle(const TestWeight& w, const std::vector<double>& x,
+inline std::vector<float> w4a8_oracle(const CanonicalWeight& w, const std::vector<double>& x,
                                       int64_t M) {
   const int64_t K = w.K, N = w.N;
   const int64_t gs = w.group_size > 0 ? w.group_size : K;
@@ -43,7 +43,7 @@ inline std::vector<float> w4a8_oracle(const TestWeight& w, const std::vector<dou
   for (int64_t g = 0; g < w.num_groups; ++g) {
     std::vector<int64_t> members;
     for (int64_t k = 0; k < K; ++k)
-      if (w.group(k) == g) members.push_back(k);
+      if (w.group_of(k) == g) members.push_back(k);
     for (size_t i = 0; i < members.size(); i += size_t(block)) {
       size_t e = std::min(members.size(), i + size_t(block));
       blocks.emplace_back(members.begin() + long(i), members.begin() + long(e));

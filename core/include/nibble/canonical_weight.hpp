@@ -1,8 +1,8 @@
-// The owning form of the SDK's canonical quantized weight (sdk/include/nibble/sdk/plugin.h): what
-// every scheme decodes a checkpoint layer into, and what every kernel repacks from.
+// The canonical quantized weight as the core uses it: what every scheme decodes a checkpoint layer
+// into and every kernel repacks from (the owned type is the SDK's), and the core's checks on it.
 #pragma once
 
-#include <nibble/sdk/plugin.h>
+#include <nibble/sdk/host/canonical_weight.hpp>
 
 #include <cstdint>
 #include <string>
@@ -10,40 +10,12 @@
 
 namespace nibble {
 
-/// One quantized linear layer, K inputs and N outputs, in canonical form:
-///   W[n][k] = (q[n*K + k] - zeros[g(k)*N + n]) * scales[g(k)*N + n],
-///   g(k) = g_idx.empty() ? (group_size == -1 ? 0 : k / group_size) : g_idx[k].
-struct CanonicalWeight {
-  int bits = 4;            ///< 4 or 8
-  int group_size = -1;     ///< > 0, or -1 for one group spanning all of K
-  int64_t K = 0;           ///< input channels
-  int64_t N = 0;           ///< output channels
-  int64_t num_groups = 0;  ///< rows of scales and zeros
-  std::vector<uint8_t> q;  ///< [N][K], one unsigned value (0 .. 2^bits - 1) per byte
-  /// [num_groups][N] effective zero points (GPTQ v1's stored + 1 already applied, so a 4-bit v1
-  /// checkpoint may hold 16 here).
-  std::vector<uint8_t> zeros;
-  std::vector<uint8_t> scales;  ///< [num_groups][N] raw bytes of dtype scales_dtype
-  DLDataType scales_dtype{kDLFloat, 16, 1};
-  std::vector<int32_t> g_idx;  ///< [K] group of each input channel; empty = identity grouping
-  std::vector<uint8_t> bias;   ///< [N] raw bytes of dtype bias_dtype; empty = no bias
-  DLDataType bias_dtype{kDLFloat, 16, 1};
+/// One quantized linear layer in canonical form: the SDK's owned type, so a host and the tests
+/// hand kernels one and the same thing.
+using CanonicalWeight = sdk::host::CanonicalWeight;
 
-  /// A borrowed C view for a plugin's `prepare`; valid while this object lives unchanged.
-  nibble_canonical_weight view() const;
-  /// Group of input channel k.
-  int64_t group_of(int64_t k) const;
-  /// Scale of (group g, output n), widened exactly to double.
-  double scale(int64_t g, int64_t n) const;
-  /// Bias of output n as double (0 without bias).
-  double bias_at(int64_t n) const;
-  /// Dequantized weight (n, k) = (q - zero) * scale, exact in double.
-  double dequant(int64_t n, int64_t k) const;
-  /// Whether every zero point equals 2^(bits-1).
-  bool symmetric() const;
-  /// Throws nibble::Error (naming `what`) unless sizes, value ranges and g_idx are consistent.
-  void validate(const std::string& what) const;
-};
+/// Throws nibble::Error (naming `what`) unless w's sizes, value ranges and g_idx are consistent.
+void validate(const CanonicalWeight& w, const std::string& what);
 
 /// Number of groups a layer with K inputs has for `group_size` (-1: one).
 int64_t groups_for(int64_t K, int group_size);

@@ -103,6 +103,17 @@ class Registry {
   std::string failure_summary() const;
 };
 
+/// What the loader's preflight reads from a plugin file without loading it.
+struct PluginExports {
+  std::string problem;  ///< why it is not a well-formed ELF64 shared object ("" when it is)
+  std::vector<std::string> names;  ///< its defined, default-visibility dynamic symbols
+  bool truncated = false;          ///< whether it exports more names than were listed
+};
+
+/// The loader's preflight of the file `path`: its exported symbols, read by bounded reads that
+/// trust nothing the file claims (the file is never loaded).
+PluginExports plugin_exports(const std::string& path);
+
 /// Call every loaded plugin's shutdown once (also run at process exit). Layers must be released
 /// first; afterwards no plugin may be used.
 void shutdown_plugins();

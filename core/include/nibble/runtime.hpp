@@ -120,6 +120,8 @@ class Runtime {
   LinearLayer dense(const std::string& name, const nibble_dense_weight& weight) const;
   /// The layer descriptor a quantized weight gets under this runtime's mode.
   nibble_layer_desc describe(const CanonicalWeight& w, const char* name) const;
+  /// The ABI's numeric mode (nibble_numeric_mode) quantized layers get under this runtime's mode.
+  int32_t numeric_mode() const;
 
  private:
   RuntimeOptions options_;

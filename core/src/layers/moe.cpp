@@ -3,6 +3,9 @@
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/runtime.hpp>
+#include <nibble/sdk/host/layer_desc.hpp>
+#include <nibble/sdk/host/matrix.hpp>
+#include <nibble/sdk/host/prepared.hpp>
 #include <nibble/sdk/numeric.hpp>
 #include <nibble/untrusted_text.hpp>
 
@@ -46,16 +49,6 @@ struct ExpertFeed {
   }
   static void put(void* ctx, int32_t e) { static_cast<ExpertFeed*>(ctx)->live.erase(e); }
 };
-
-DLTensor matrix(void* data, int64_t* shape, DLDataType dtype) {
-  DLTensor t{};
-  t.data = data;
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 2;
-  t.dtype = dtype;
-  t.shape = shape;
-  return t;
-}
 
 }  // namespace
 
@@ -109,25 +102,16 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
                 std::to_string(layer.router_->desc().K) + "], expected [" +
                 std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
 
-  // Expert 0 tells the scales' dtype and whether grouping is permuted.
+  // Only expert 0 is decoded up front (the others when the plugin asks): the builder takes the
+  // layout from it and, having not seen every expert, claims neither symmetry nor zero points.
   auto first = ckpt.decode_expert(prefix, 0);
-  nibble_layer_desc d = describe(first.first, prefix.c_str());
-  d.op = NIBBLE_OP_MOE;
-  d.K = info.hidden;
-  d.N = info.intermediate;
+  const sdk::host::MoeShape shape{info.hidden, info.intermediate, info.num_experts, layer.top_k_};
+  nibble_layer_desc d = sdk::host::moe_desc(shape, {first.first.view()}, {first.second.view()},
+                                            prefix.c_str(), numeric_mode());
+  // The checkpoint knows act-order for all experts; expert 0 alone may have an identity g_idx.
   d.group_size = info.w13_group_size;
-  d.has_g_idx = info.act_order ? 1 : 0;
-  d.symmetric = 0;  // only expert 0 was looked at: do not promise symmetry for all
-  d.has_bias = 0;
-  d.num_experts = info.num_experts;
-  d.top_k = layer.top_k_;
-  d.activation = NIBBLE_ACT_SILU;
   d.w2_group_size = info.w2_group_size;
-  d.w2_has_g_idx = info.act_order ? 1 : 0;
-  d.w2_symmetric = 0;
-  // Only expert 0 was decoded: the experts' largest zero points are unknown.
-  d.max_zero = 0;
-  d.w2_max_zero = 0;
+  d.has_g_idx = d.w2_has_g_idx = info.act_order ? 1 : 0;
   first = {};
   Selection sel = registry_->select(d, options_.backend);
   if (!sel.passed_over.empty()) {
@@ -143,9 +127,7 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   src.ctx = &feed;
   src.get_expert = &ExpertFeed::get;
   src.put_expert = &ExpertFeed::put;
-  nibble_weight_input in{};
-  in.struct_size = sizeof in;
-  in.experts = &src;
+  const nibble_weight_input in = sdk::host::experts_input(src);
   int threads = options_.threads > 0 ? options_.threads
                                      : int(std::max(1u, std::thread::hardware_concurrency()));
   layer.experts_ = prepare_first_that_accepts(*registry_, sel, d, in, "experts", threads);
@@ -169,11 +151,11 @@ void MoeLayer::route(const DLTensor& x, std::vector<int32_t>& ids,
     for (int64_t m = 0; m < M; ++m)
       for (int64_t c = 0; c < hidden_; ++c)
         xf[size_t(m * hidden_ + c)] = sdk::load_float(base, x.dtype, size_t(m * stride + c));
-    xin = matrix(xf.data(), xshape, sdk::dtype_f32());
+    xin = sdk::host::matrix_view(xf.data(), sdk::dtype_f32(), xshape);
   }
   std::vector<float> logits(size_t(M * E));
   int64_t lshape[2] = {M, E};
-  DLTensor lt = matrix(logits.data(), lshape, sdk::dtype_f32());
+  DLTensor lt = sdk::host::matrix_view(logits.data(), sdk::dtype_f32(), lshape);
   router_->forward(xin, lt);
 
   ids.assign(size_t(M * k), -1);
@@ -212,8 +194,8 @@ void MoeLayer::forward(const DLTensor& x, DLTensor& y) const {
   route(x, ids, w);
   int64_t M = x.shape[0];
   int64_t shape[2] = {M, top_k_};
-  DLTensor ti = matrix(ids.data(), shape, sdk::dtype_i32());
-  DLTensor tw = matrix(w.data(), shape, sdk::dtype_f32());
+  DLTensor ti = sdk::host::matrix_view(ids.data(), sdk::dtype_i32(), shape);
+  DLTensor tw = sdk::host::matrix_view(w.data(), sdk::dtype_f32(), shape);
   experts_->forward(x, y, &ti, &tw);
 }
 

@@ -5,6 +5,7 @@
 #include <nibble/error.hpp>
 #include <nibble/registry.hpp>
 #include <nibble/runtime.hpp>
+#include <nibble/sdk/host/prepared.hpp>
 
 #include <memory>
 #include <string>
@@ -22,7 +23,6 @@ class PreparedKernel {
   /// Prepare `weight` with the selected kernel; throws nibble::Error with the plugin's message.
   PreparedKernel(const Registry& reg, const Selection& sel, const nibble_layer_desc& desc,
                  const nibble_weight_input& weight, std::string part, int threads);
-  ~PreparedKernel();
   PreparedKernel(const PreparedKernel&) = delete;
   PreparedKernel& operator=(const PreparedKernel&) = delete;
 
@@ -38,7 +38,7 @@ class PreparedKernel {
 
  private:
   const nibble_kernel* kernel_;
-  nibble_prepared* prepared_ = nullptr;
+  sdk::host::Prepared prepared_;
   nibble_layer_desc desc_{};
   std::string name_;
   Placement placement_;

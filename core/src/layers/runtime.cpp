@@ -2,6 +2,8 @@
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/runtime.hpp>
+#include <nibble/sdk/host/layer_desc.hpp>
+#include <nibble/sdk/host/prepared.hpp>
 #include <nibble/sdk/numeric.hpp>
 #include <nibble/untrusted_text.hpp>
 
@@ -34,23 +36,11 @@ Runtime::Runtime(RuntimeOptions options)
     : options_(std::move(options)), registry_(Registry::load(options_)) {}
 
 nibble_layer_desc Runtime::describe(const CanonicalWeight& w, const char* name) const {
-  nibble_layer_desc d{};
-  d.struct_size = sizeof d;
-  d.op = NIBBLE_OP_LINEAR;
-  d.name = name;
-  d.K = w.K;
-  d.N = w.N;
-  d.bits = w.bits;
-  d.group_size = w.group_size;
-  d.has_g_idx = w.g_idx.empty() ? 0 : 1;
-  d.symmetric = w.symmetric() ? 1 : 0;
-  d.has_bias = w.bias.empty() ? 0 : 1;
-  d.weight_dtype = w.scales_dtype;
-  d.numeric_mode =
-      options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
-  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
-  d.max_zero = w.zeros.empty() ? 0 : *std::max_element(w.zeros.begin(), w.zeros.end());
-  return d;
+  return sdk::host::linear_desc(w.view(), name, numeric_mode());
+}
+
+int32_t Runtime::numeric_mode() const {
+  return options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
 }
 
 // Build a prepared dense layer (router or unconverted linear) from the checkpoint.
@@ -59,45 +49,22 @@ std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const Runt
                                                  const char* part) {
   DenseTensor t = ckpt.dense_weight(prefix);
   nibble_dense_weight w = t.view();
-  nibble_layer_desc d{};
-  d.struct_size = sizeof d;
-  d.op = NIBBLE_OP_DENSE;
-  d.name = prefix.c_str();
-  d.K = t.K;
-  d.N = t.N;
-  d.has_bias = w.bias ? 1 : 0;
-  d.weight_dtype = w.dtype;
-  d.numeric_mode = NIBBLE_MODE_FLOAT;
-  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  const nibble_layer_desc d = sdk::host::dense_desc(w, prefix.c_str());
   Selection sel = reg.select(d, o.backend);
   warn_fallback(sel, prefix, part);
-  nibble_weight_input in{};
-  in.struct_size = sizeof in;
-  in.dense = &w;
-  return prepare_first_that_accepts(reg, sel, d, in, part, effective_threads(o.threads));
+  return prepare_first_that_accepts(reg, sel, d, sdk::host::dense_input(w), part,
+                                    effective_threads(o.threads));
 }
 
 LinearLayer Runtime::dense(const std::string& name, const nibble_dense_weight& w) const {
   if (w.K <= 0 || w.N <= 0 || !w.data || !sdk::is_float_dtype(w.dtype))
     throw Error("dense layer " + detail::name_text(name) +
                 ": expected a non-empty f32, f16 or bf16 weight [N][K]");
-  nibble_layer_desc d{};
-  d.struct_size = sizeof d;
-  d.op = NIBBLE_OP_DENSE;
-  d.name = name.c_str();
-  d.K = w.K;
-  d.N = w.N;
-  d.has_bias = w.bias ? 1 : 0;
-  d.weight_dtype = w.dtype;
-  d.numeric_mode = NIBBLE_MODE_FLOAT;
-  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  const nibble_layer_desc d = sdk::host::dense_desc(w, name.c_str());
   Selection sel = registry_->select(d, options_.backend);
   warn_fallback(sel, name, "dense");
-  nibble_weight_input in{};
-  in.struct_size = sizeof in;
-  in.dense = &w;
   LinearLayer layer;
-  layer.op_ = prepare_first_that_accepts(*registry_, sel, d, in, "dense",
+  layer.op_ = prepare_first_that_accepts(*registry_, sel, d, sdk::host::dense_input(w), "dense",
                                          effective_threads(options_.threads));
   return layer;
 }
@@ -125,12 +92,9 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
   nibble_layer_desc d = describe(w, prefix.c_str());
   Selection sel = registry_->select(d, options_.backend);
   warn_fallback(sel, prefix, "linear");
-  nibble_canonical_weight view = w.view();
-  nibble_weight_input in{};
-  in.struct_size = sizeof in;
-  in.quantized = &view;
-  layer.op_ = prepare_first_that_accepts(*registry_, sel, d, in, "linear",
-                                         effective_threads(options_.threads));
+  const nibble_canonical_weight view = w.view();
+  layer.op_ = prepare_first_that_accepts(*registry_, sel, d, sdk::host::quantized_input(view),
+                                         "linear", effective_threads(options_.threads));
   return layer;
 }
 

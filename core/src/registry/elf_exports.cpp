@@ -3,7 +3,7 @@
 // is read too. A crafted file may claim any counts, offsets and sizes, so every read is checked
 // against the bytes really there, symbols are read in small batches, and the only buffer sized by
 // the file (a string table) is bounded by both the real size and a fixed limit.
-#include <nibble/elf_exports.hpp>
+#include "elf_exports.hpp"
 
 #include <elf.h>
 #include <fcntl.h>

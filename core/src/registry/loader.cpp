@@ -6,7 +6,6 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/dll/shared_library.hpp>
 
-#include <nibble/elf_exports.hpp>
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/registry.hpp>
@@ -25,6 +24,7 @@
 #include <unistd.h>
 
 #include "../file_kind.hpp"
+#include "elf_exports.hpp"
 #include "host_table.hpp"
 
 namespace fs = std::filesystem;
@@ -93,6 +93,19 @@ bool exports_entry(const std::string& path, std::string* why) {
   if (!e.has_symbol) *why = "not a nibble plugin: it does not export " NIBBLE_PLUGIN_ENTRY_SYMBOL;
   return e.has_symbol;
 }
+
+}  // namespace
+
+PluginExports plugin_exports(const std::string& path) {
+  ElfExports e = read_elf_exports(path, NIBBLE_PLUGIN_ENTRY_SYMBOL);
+  PluginExports out;
+  out.problem = std::move(e.problem);
+  out.names = std::move(e.dynamic_names);
+  out.truncated = e.truncated;
+  return out;
+}
+
+namespace {
 
 void shutdown_all_locked(Process& p) {
   for (auto& [path, lib] : p.libraries) {

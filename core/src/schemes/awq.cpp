@@ -102,7 +102,7 @@ class AwqGemmScheme final : public Scheme {
 
   std::map<std::string, OwnedTensor> encode(const CanonicalWeight& w) const override {
     const std::string what = fmt::format("encoding awq_gemm weight K={} N={}", w.K, w.N);
-    w.validate(what);
+    validate(w, what);
     if (w.bits != 4) throw Error(fmt::format("{}: bits={} (AWQ GEMM supports 4)", what, w.bits));
     if (!w.g_idx.empty()) {
       throw Error(

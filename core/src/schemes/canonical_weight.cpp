@@ -1,4 +1,4 @@
-// CanonicalWeight: the C view, element access and the consistency check.
+// The core's consistency check of a canonical weight, and grouping helpers.
 #include <nibble/canonical_weight.hpp>
 #include <nibble/error.hpp>
 #include <nibble/sdk/numeric.hpp>
@@ -25,88 +25,45 @@ bool is_identity_grouping(const std::vector<int32_t>& g_idx, int group_size) {
   return true;
 }
 
-nibble_canonical_weight CanonicalWeight::view() const {
-  nibble_canonical_weight v{};
-  v.struct_size = sizeof v;
-  v.bits = bits;
-  v.group_size = group_size;
-  v.K = K;
-  v.N = N;
-  v.num_groups = num_groups;
-  v.q = q.data();
-  v.scales = scales.data();
-  v.scales_dtype = scales_dtype;
-  v.zeros = zeros.data();
-  v.g_idx = g_idx.empty() ? nullptr : g_idx.data();
-  v.bias = bias.empty() ? nullptr : bias.data();
-  v.bias_dtype = bias_dtype;
-  return v;
-}
-
-int64_t CanonicalWeight::group_of(int64_t k) const {
-  if (!g_idx.empty()) return g_idx[size_t(k)];
-  return group_size == -1 ? 0 : k / group_size;
-}
-
-double CanonicalWeight::scale(int64_t g, int64_t n) const {
-  return sdk::load_float(scales.data(), scales_dtype, size_t(g * N + n));
-}
-
-double CanonicalWeight::bias_at(int64_t n) const {
-  return bias.empty() ? 0.0 : sdk::load_float(bias.data(), bias_dtype, size_t(n));
-}
-
-double CanonicalWeight::dequant(int64_t n, int64_t k) const {
-  int64_t g = group_of(k);
-  return double(int(q[size_t(n * K + k)]) - int(zeros[size_t(g * N + n)])) * scale(g, n);
-}
-
-bool CanonicalWeight::symmetric() const {
-  const uint8_t half = uint8_t(1u << (bits - 1));
-  for (uint8_t z : zeros) {
-    if (z != half) return false;
-  }
-  return true;
-}
-
-void CanonicalWeight::validate(const std::string& what) const {
+void validate(const CanonicalWeight& w, const std::string& what) {
   auto fail = [&](const std::string& msg) { return Error(what + ": " + msg); };
-  if (bits != 4 && bits != 8) throw fail(fmt::format("bits {} (expected 4 or 8)", bits));
-  if (group_size != -1 && group_size <= 0)
-    throw fail(fmt::format("group_size {} (expected > 0 or -1)", group_size));
-  if (K <= 0 || N <= 0) throw fail(fmt::format("empty weight K={} N={}", K, N));
-  if (num_groups != groups_for(K, group_size)) {
-    throw fail(fmt::format("num_groups {} but K={} and group_size {} give {}", num_groups, K,
-                           group_size, groups_for(K, group_size)));
+  if (w.bits != 4 && w.bits != 8) throw fail(fmt::format("bits {} (expected 4 or 8)", w.bits));
+  if (w.group_size != -1 && w.group_size <= 0)
+    throw fail(fmt::format("group_size {} (expected > 0 or -1)", w.group_size));
+  if (w.K <= 0 || w.N <= 0) throw fail(fmt::format("empty weight K={} N={}", w.K, w.N));
+  if (w.num_groups != groups_for(w.K, w.group_size)) {
+    throw fail(fmt::format("num_groups {} but K={} and group_size {} give {}", w.num_groups, w.K,
+                           w.group_size, groups_for(w.K, w.group_size)));
   }
-  if (q.size() != size_t(N * K))
-    throw fail(fmt::format("q holds {} values, expected N*K = {}", q.size(), N * K));
-  if (zeros.size() != size_t(num_groups * N)) {
-    throw fail(fmt::format("zeros holds {} values, expected num_groups*N = {}", zeros.size(),
-                           num_groups * N));
+  if (w.q.size() != size_t(w.N * w.K))
+    throw fail(fmt::format("q holds {} values, expected N*K = {}", w.q.size(), w.N * w.K));
+  if (w.zeros.size() != size_t(w.num_groups * w.N)) {
+    throw fail(fmt::format("zeros holds {} values, expected num_groups*N = {}", w.zeros.size(),
+                           w.num_groups * w.N));
   }
-  if (!sdk::is_float_dtype(scales_dtype))
-    throw fail("scales dtype " + sdk::dtype_name(scales_dtype) + " (expected f16, bf16 or f32)");
-  if (scales.size() != size_t(num_groups * N) * sdk::dtype_bytes(scales_dtype)) {
-    throw fail(fmt::format("scales hold {} bytes, expected {}", scales.size(),
-                           size_t(num_groups * N) * sdk::dtype_bytes(scales_dtype)));
+  if (!sdk::is_float_dtype(w.scales_dtype))
+    throw fail("scales dtype " + sdk::dtype_name(w.scales_dtype) + " (expected f16, bf16 or f32)");
+  if (w.scales.size() != size_t(w.num_groups * w.N) * sdk::dtype_bytes(w.scales_dtype)) {
+    throw fail(fmt::format("scales hold {} bytes, expected {}", w.scales.size(),
+                           size_t(w.num_groups * w.N) * sdk::dtype_bytes(w.scales_dtype)));
   }
-  if (!bias.empty()) {
-    if (!sdk::is_float_dtype(bias_dtype)) throw fail("bias dtype " + sdk::dtype_name(bias_dtype));
-    if (bias.size() != size_t(N) * sdk::dtype_bytes(bias_dtype))
-      throw fail(fmt::format("bias holds {} bytes for N={}", bias.size(), N));
+  if (!w.bias.empty()) {
+    if (!sdk::is_float_dtype(w.bias_dtype))
+      throw fail("bias dtype " + sdk::dtype_name(w.bias_dtype));
+    if (w.bias.size() != size_t(w.N) * sdk::dtype_bytes(w.bias_dtype))
+      throw fail(fmt::format("bias holds {} bytes for N={}", w.bias.size(), w.N));
   }
-  const unsigned max_q = (1u << bits) - 1;
-  for (size_t i = 0; i < q.size(); ++i) {
-    if (q[i] > max_q)
-      throw fail(fmt::format("q[{}] = {} exceeds {} for {}-bit", i, q[i], max_q, bits));
+  const unsigned max_q = (1u << w.bits) - 1;
+  for (size_t i = 0; i < w.q.size(); ++i) {
+    if (w.q[i] > max_q)
+      throw fail(fmt::format("q[{}] = {} exceeds {} for {}-bit", i, w.q[i], max_q, w.bits));
   }
-  if (!g_idx.empty()) {
-    if (g_idx.size() != size_t(K))
-      throw fail(fmt::format("g_idx has {} entries, expected K = {}", g_idx.size(), K));
-    for (size_t k = 0; k < g_idx.size(); ++k) {
-      if (g_idx[k] < 0 || g_idx[k] >= num_groups) {
-        throw fail(fmt::format("g_idx[{}] = {} is outside [0, {})", k, g_idx[k], num_groups));
+  if (!w.g_idx.empty()) {
+    if (w.g_idx.size() != size_t(w.K))
+      throw fail(fmt::format("g_idx has {} entries, expected K = {}", w.g_idx.size(), w.K));
+    for (size_t k = 0; k < w.g_idx.size(); ++k) {
+      if (w.g_idx[k] < 0 || w.g_idx[k] >= w.num_groups) {
+        throw fail(fmt::format("g_idx[{}] = {} is outside [0, {})", k, w.g_idx[k], w.num_groups));
       }
     }
   }

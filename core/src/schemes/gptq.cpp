@@ -156,7 +156,7 @@ class GptqScheme final : public Scheme {
   std::map<std::string, OwnedTensor> encode(const CanonicalWeight& w) const override {
     const std::string what =
         fmt::format("encoding {} weight K={} N={}", scheme_name(kind_), w.K, w.N);
-    w.validate(what);
+    validate(w, what);
     const int bits = w.bits;
     const int64_t pack = 32 / bits;
     if (w.K % pack != 0) {

@@ -61,6 +61,27 @@ enum {
   NIBBLE_INTERNAL = 5     /* a bug or an unexpected failure inside the plugin */
 };
 
+/* A status as short text ("invalid argument"); "unknown status" for a code this header does not
+ * know. Static inline, so the ABI gains no symbol. */
+static inline const char* nibble_status_name(nibble_status status) {
+  switch (status) {
+    case NIBBLE_OK:
+      return "ok";
+    case NIBBLE_INVALID_ARGUMENT:
+      return "invalid argument";
+    case NIBBLE_UNSUPPORTED:
+      return "unsupported";
+    case NIBBLE_OUT_OF_MEMORY:
+      return "out of memory";
+    case NIBBLE_UNAVAILABLE:
+      return "unavailable";
+    case NIBBLE_INTERNAL:
+      return "internal error";
+    default:
+      return "unknown status";
+  }
+}
+
 #define NIBBLE_ERROR_MESSAGE_CAPACITY 1024
 /* Caller-owned error text; the callee writes a NUL-terminated message into `message`. */
 typedef struct nibble_error {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/sdk/device.hpp>
 #include <nibble/sdk/numeric.hpp>
 
 #include <algorithm>
@@ -149,8 +150,7 @@ inline Matrix as_matrix(const DLTensor* t, const char* what) {
   require(t != nullptr, std::string(what) + ": tensor is missing");
   require(t->ndim == 2, std::string(what) + ": expected a 2-D tensor, got " +
                             std::to_string(t->ndim) + " dimensions");
-  require(t->device.device_type == kDLCPU || t->device.device_type == kDLCUDAHost,
-          std::string(what) + ": expected a CPU tensor");
+  require(is_cpu_memory(t->device), std::string(what) + ": expected a CPU tensor");
   require(t->dtype.lanes == 1 && t->dtype.bits % 8 == 0 && t->dtype.bits > 0,
           std::string(what) + ": unsupported dtype " + dtype_name(t->dtype));
   require(t->shape != nullptr && t->shape[0] >= 0 && t->shape[1] >= 0,

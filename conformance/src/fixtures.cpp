@@ -1,10 +1,11 @@
 // Format truth: the upstream-packed fixtures (GPTQ v1, AWQ GEMM, a GPTQ MoE block), decoded by
 // nibble::Checkpoint into canonical weights, run through every kernel that accepts them and
 // compared with the float64 outputs stored beside them (io.safetensors).
-#include <algorithm>
 #include <nibble/checkpoint.hpp>
 
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "grid.hpp"
 
@@ -43,26 +44,6 @@ struct Input {
 constexpr Input kInputs[] = {{"", NIBBLE_DTYPE_F32}, {"bf16_", NIBBLE_DTYPE_BF16}};
 constexpr int kRows[] = {1, 7, 33};
 
-nibble_layer_desc linear_desc_of(const CanonicalWeight& w, const nibble_kernel* k) {
-  nibble_layer_desc d{};
-  d.struct_size = sizeof d;
-  d.op = NIBBLE_OP_LINEAR;
-  d.name = "fixture";
-  d.K = w.K;
-  d.N = w.N;
-  d.bits = w.bits;
-  d.group_size = w.group_size;
-  d.has_g_idx = w.g_idx.empty() ? 0 : 1;
-  d.symmetric = w.symmetric() ? 1 : 0;
-  d.has_bias = w.bias.empty() ? 0 : 1;
-  d.weight_dtype = w.scales_dtype;
-  d.numeric_mode = k->numeric_mode;
-#if NIBBLE_ABI_MINOR >= 1
-  d.max_zero = w.zeros.empty() ? 0 : *std::max_element(w.zeros.begin(), w.zeros.end());
-#endif
-  return d;
-}
-
 void run_linear_fixture(const fs::path& dir, const nibble_kernel* k, int threads, CheckResult& r) {
   Checkpoint ckpt = Checkpoint::open(dir);
   auto layers = ckpt.linear_layers();
@@ -71,12 +52,10 @@ void run_linear_fixture(const fs::path& dir, const nibble_kernel* k, int threads
   auto io = SafetensorsFile::open(dir / "io.safetensors");
   std::vector<std::string> failures;
   std::string refusal;
-  nibble_canonical_weight view = w.view();
-  nibble_weight_input in{};
-  in.struct_size = sizeof in;
-  in.quantized = &view;
+  const nibble_canonical_weight view = w.view();
+  const nibble_weight_input in = sdk::host::quantized_input(view);
   auto prepared = accept_and_prepare(
-      k, linear_desc_of(w, k),
+      k, sdk::host::linear_desc(view, "fixture", k->numeric_mode),
       [&](const nibble_layer_desc& d, nibble_status* s, std::string* m) {
         return prepare(k, d, in, s, m);
       },
@@ -108,62 +87,25 @@ void run_linear_fixture(const fs::path& dir, const nibble_kernel* k, int threads
   conclude(r, failures, refusal, runs);
 }
 
-// The fixture's experts handed out one at a time through nibble_moe_source, as the core does.
-struct FixtureExperts {
-  const Checkpoint* ckpt = nullptr;
-  std::string prefix;
-  std::map<int, std::pair<CanonicalWeight, CanonicalWeight>> live;
-  std::string error;
-};
-
-nibble_status fixture_get(void* ctx, int32_t e, nibble_canonical_weight* w13,
-                          nibble_canonical_weight* w2, nibble_error* error) {
-  auto* f = static_cast<FixtureExperts*>(ctx);
-  try {
-    auto& slot = f->live[e] = f->ckpt->decode_expert(f->prefix, e);
-    *w13 = slot.first.view();
-    *w2 = slot.second.view();
-    return NIBBLE_OK;
-  } catch (const std::exception& ex) {
-    f->error = ex.what();
-    if (error && error->struct_size > offsetof(nibble_error, message))
-      std::snprintf(error->message, 128, "expert %d: decode failed", int(e));
-    return NIBBLE_INVALID_ARGUMENT;
-  }
-}
-
-void fixture_put(void* ctx, int32_t e) { static_cast<FixtureExperts*>(ctx)->live.erase(e); }
-
 void run_moe_fixture(const fs::path& dir, const nibble_kernel* k, int threads, CheckResult& r) {
   Checkpoint ckpt = Checkpoint::open(dir);
   auto blocks = ckpt.moe_blocks();
   if (blocks.empty()) throw std::runtime_error(dir.string() + ": no MoE block");
   const MoeInfo& info = blocks.front();
-  auto first = ckpt.decode_expert(info.prefix, 0);
+  // The fixture is small: every expert is decoded up front, so the descriptor speaks for all.
+  std::vector<std::pair<CanonicalWeight, CanonicalWeight>> decoded;
+  for (int e = 0; e < info.num_experts; ++e) decoded.push_back(ckpt.decode_expert(info.prefix, e));
+  std::vector<nibble_canonical_weight> w13_views, w2_views;
+  for (const auto& [w13, w2] : decoded) {
+    w13_views.push_back(w13.view());
+    w2_views.push_back(w2.view());
+  }
   const int top_k = info.top_k;
-  nibble_layer_desc d = linear_desc_of(first.first, k);
-  d.op = NIBBLE_OP_MOE;
-  d.K = info.hidden;
-  d.N = info.intermediate;
-  d.has_bias = 0;
-  d.num_experts = info.num_experts;
-  d.top_k = top_k;
-  d.activation = NIBBLE_ACT_SILU;
-  d.w2_group_size = first.second.group_size;
-  d.w2_has_g_idx = first.second.g_idx.empty() ? 0 : 1;
-  d.w2_symmetric = first.second.symmetric() ? 1 : 0;
-  FixtureExperts source_state;
-  source_state.ckpt = &ckpt;
-  source_state.prefix = info.prefix;
-  nibble_moe_source src{};
-  src.struct_size = sizeof src;
-  src.num_experts = info.num_experts;
-  src.ctx = &source_state;
-  src.get_expert = &fixture_get;
-  src.put_expert = &fixture_put;
-  nibble_weight_input in{};
-  in.struct_size = sizeof in;
-  in.experts = &src;
+  const sdk::host::MoeShape shape{info.hidden, info.intermediate, info.num_experts, top_k};
+  const nibble_layer_desc d =
+      sdk::host::moe_desc(shape, w13_views, w2_views, "fixture", k->numeric_mode);
+  sdk::host::ExpertViews experts(w13_views, w2_views);  // counts the plugin's get/put
+  const nibble_weight_input in = sdk::host::experts_input(experts.source());
   auto io = SafetensorsFile::open(dir / "io.safetensors");
   std::vector<std::string> failures;
   std::string refusal;
@@ -202,7 +144,6 @@ void run_moe_fixture(const fs::path& dir, const nibble_kernel* k, int threads, C
         if (!bad.empty()) failures.push_back(where + bad);
       }
     }
-  if (!source_state.error.empty()) failures.push_back("decoding an expert: " + source_state.error);
   conclude(r, failures, refusal, runs);
 }
 

@@ -12,7 +12,7 @@ namespace {
 
 // A layer the kernel accepts, prepared, with what a forward call needs.
 struct Subject {
-  TestWeight weight;
+  CanonicalWeight weight;
   TestDense dense;
   TestExperts experts;
   nibble_layer_desc desc{};
@@ -43,7 +43,7 @@ std::unique_ptr<Subject> make_subject(const nibble_kernel* k) {
         spec.N = 128;
         spec.bias = true;
         s->weight = random_weight(spec);
-        s->desc = s->weight.linear_desc("conformance.robustness");
+        s->desc = linear_desc(s->weight, "conformance.robustness");
         s->out_cols = 128;
       } else if (k->op == NIBBLE_OP_DENSE) {
         s->dense = random_dense(256, 128, bits == 4 ? sdk::dtype_f16() : sdk::dtype_f32(), true, 3);

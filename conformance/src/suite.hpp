@@ -21,7 +21,7 @@ struct Check {
 /// What every section may look at: the options, the loaded plugin and what loading observed.
 struct SuiteContext {
   Options options;
-  LoadedPlugin plugin;
+  PluginUnderTest plugin;
   std::string file_stem_name;  ///< <name> of libnibble_<name>.so ("" when the file is misnamed)
   int threads_before_load = 0;
   int threads_after_entry = 0;

@@ -1,19 +1,24 @@
-// The kit's own test material: random canonical weights, dense weights and activations, and
-// float64 reference results for linear, dense and MoE layers. Deterministic for a given seed.
-// The tests use this file too (tests/support/reference.hpp includes it); the kit must not
-// depend on tests/.
+// The conformance kit's test material, public so the tests hold plugins to the same reference:
+// random canonical weights, dense weights and activations, float64 reference results for linear,
+// dense and MoE layers, and owning 2-D tensors. Deterministic for a given seed. Header-only; needs
+// only the SDK.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/sdk/host/canonical_weight.hpp>
+#include <nibble/sdk/host/expert_source.hpp>
+#include <nibble/sdk/host/layer_desc.hpp>
 #include <nibble/sdk/numeric.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nibble::conformance {
@@ -32,91 +37,19 @@ struct QuantSpec {
   uint32_t seed = 1;
 };
 
-/// An owning canonical weight; `view()` borrows it as the C struct.
-struct TestWeight {
-  int bits = 4;
-  int group_size = 128;
-  int64_t K = 0, N = 0, num_groups = 0;
-  std::vector<uint8_t> q, zeros;
-  std::vector<uint16_t> scales16;  ///< f16/bf16 scales
-  std::vector<float> scales32;     ///< f32 scales
-  DLDataType scales_dtype = sdk::dtype_f16();
-  std::vector<int32_t> g_idx;
-  std::vector<uint16_t> bias;  ///< f16 bias when present
-  /// The C view (valid while *this lives).
-  nibble_canonical_weight view() const {
-    nibble_canonical_weight w{};
-    w.struct_size = sizeof w;
-    w.bits = bits;
-    w.group_size = group_size;
-    w.K = K;
-    w.N = N;
-    w.num_groups = num_groups;
-    w.q = q.data();
-    w.scales = scales_dtype.bits == 32 ? static_cast<const void*>(scales32.data())
-                                       : static_cast<const void*>(scales16.data());
-    w.scales_dtype = scales_dtype;
-    w.zeros = zeros.data();
-    w.g_idx = g_idx.empty() ? nullptr : g_idx.data();
-    w.bias = bias.empty() ? nullptr : bias.data();
-    w.bias_dtype = sdk::dtype_f16();
-    return w;
-  }
-  /// Group of channel k.
-  int64_t group(int64_t k) const {
-    if (!g_idx.empty()) return g_idx[size_t(k)];
-    return group_size == -1 ? 0 : k / group_size;
-  }
-  /// Scale (g, n) as double.
-  double scale(int64_t g, int64_t n) const {
-    size_t i = size_t(g) * size_t(N) + size_t(n);
-    return scales_dtype.bits == 32 ? double(scales32[i])
-                                   : double(sdk::load_float(scales16.data(), scales_dtype, i));
-  }
-  /// Dequantized W[n][k] in double.
-  double dequant(int64_t n, int64_t k) const {
-    int64_t g = group(k);
-    return (double(q[size_t(n) * size_t(K) + size_t(k)]) -
-            double(zeros[size_t(g) * size_t(N) + size_t(n)])) *
-           scale(g, n);
-  }
-  /// Bias n in double (0 without).
-  double bias_at(int64_t n) const {
-    return bias.empty() ? 0.0 : double(sdk::f16_to_f32(bias[size_t(n)]));
-  }
-  /// The layer descriptor of this weight as a linear layer.
-  nibble_layer_desc linear_desc(const char* name = "test.linear") const {
-    nibble_layer_desc d{};
-    d.struct_size = sizeof d;
-    d.op = NIBBLE_OP_LINEAR;
-    d.name = name;
-    d.K = K;
-    d.N = N;
-    d.bits = bits;
-    d.group_size = group_size;
-    d.has_g_idx = g_idx.empty() ? 0 : 1;
-    d.symmetric = is_symmetric() ? 1 : 0;
-    d.has_bias = bias.empty() ? 0 : 1;
-    d.weight_dtype = scales_dtype;
-    d.numeric_mode = NIBBLE_MODE_WEIGHT_ONLY;
-    d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
-#if NIBBLE_ABI_MINOR >= 1
-    d.max_zero = zeros.empty() ? 0 : *std::max_element(zeros.begin(), zeros.end());
-#endif
-    return d;
-  }
-  /// Whether every zero is 2^(bits-1).
-  bool is_symmetric() const {
-    uint8_t mid = uint8_t(1u << (bits - 1));
-    return std::all_of(zeros.begin(), zeros.end(), [&](uint8_t z) { return z == mid; });
-  }
-};
+/// The test weights are the SDK's owned canonical weight.
+using sdk::host::CanonicalWeight;
+
+/// The descriptor of `w` as a weight-only linear layer taking every activation dtype.
+inline nibble_layer_desc linear_desc(const CanonicalWeight& w, const char* name = "test.linear") {
+  return sdk::host::linear_desc(w.view(), name);
+}
 
 /// Draw a random quantized weight following `s`. Values cover the whole code range; scales are
 /// non-zero and vary per (group, channel).
-inline TestWeight random_weight(const QuantSpec& s) {
+inline CanonicalWeight random_weight(const QuantSpec& s) {
   std::mt19937 rng(s.seed);
-  TestWeight w;
+  CanonicalWeight w;
   w.bits = s.bits;
   w.group_size = s.group_size;
   w.K = s.K;
@@ -140,17 +73,11 @@ inline TestWeight random_weight(const QuantSpec& s) {
   std::uniform_real_distribution<float> mag(0.5f, 1.5f);
   const float base = 1.0f / (float(maxq) * std::sqrt(float(s.K)));
   w.scales_dtype = s.scales_dtype;
-  size_t ns = size_t(w.num_groups * s.N);
-  if (s.scales_dtype.bits == 32) {
-    w.scales32.resize(ns);
-    for (auto& v : w.scales32) v = base * mag(rng) * (rng() % 5 == 0 ? -1.f : 1.f);
-  } else {
-    w.scales16.resize(ns);
-    for (auto& v : w.scales16) {
-      float f = base * mag(rng) * (rng() % 5 == 0 ? -1.f : 1.f);
-      v = s.scales_dtype.code == kDLBfloat ? sdk::f32_to_bf16(f) : sdk::f32_to_f16(f);
-    }
-  }
+  const size_t ns = size_t(w.num_groups * s.N);
+  w.scales.resize(ns * sdk::dtype_bytes(s.scales_dtype));
+  for (size_t i = 0; i < ns; ++i)
+    sdk::store_float(w.scales.data(), s.scales_dtype, i,
+                     base * mag(rng) * (rng() % 5 == 0 ? -1.f : 1.f));
   if (s.act_order && s.group_size != -1) {
     std::vector<int32_t> perm(size_t(s.K));
     std::iota(perm.begin(), perm.end(), 0);
@@ -160,8 +87,10 @@ inline TestWeight random_weight(const QuantSpec& s) {
   }
   if (s.bias) {
     std::normal_distribution<float> nd(0.f, 0.1f);
-    w.bias.resize(size_t(s.N));
-    for (auto& b : w.bias) b = sdk::f32_to_f16(nd(rng));
+    w.bias_dtype = sdk::dtype_f16();
+    w.bias.resize(size_t(s.N) * 2);
+    for (int64_t n = 0; n < s.N; ++n)
+      sdk::store_float(w.bias.data(), w.bias_dtype, size_t(n), nd(rng));
   }
   return w;
 }
@@ -193,7 +122,7 @@ inline Activations random_activations(int64_t M, int64_t K, DLDataType dtype, ui
 }
 
 /// float64 reference of a quantized linear layer: y[M][N] = x · W^T + b.
-inline std::vector<double> reference_linear(const TestWeight& w, const std::vector<double>& x,
+inline std::vector<double> reference_linear(const CanonicalWeight& w, const std::vector<double>& x,
                                             int64_t M) {
   std::vector<double> wd(size_t(w.N * w.K));
   for (int64_t n = 0; n < w.N; ++n)
@@ -248,7 +177,7 @@ inline std::vector<double> read_output(const std::vector<uint8_t>& bytes, DLData
 /// MoE experts for tests: w13 [2I][K] (gate rows then up rows) and w2 [K][I] per expert.
 struct TestExperts {
   int64_t K = 0, I = 0;
-  std::vector<TestWeight> w13, w2;
+  std::vector<CanonicalWeight> w13, w2;
 };
 
 /// Random experts; w13 and w2 may use different group sizes.
@@ -285,8 +214,25 @@ inline TestExperts random_experts(int E, int64_t K, int64_t I, int bits, int gs1
   return ex;
 }
 
+/// Views of every expert's w13 and w2, lent through a nibble_moe_source.
+inline sdk::host::ExpertViews expert_views(const TestExperts& ex) {
+  std::vector<nibble_canonical_weight> w13, w2;
+  for (size_t e = 0; e < ex.w13.size(); ++e) {
+    w13.push_back(ex.w13[e].view());
+    w2.push_back(ex.w2[e].view());
+  }
+  return sdk::host::ExpertViews(std::move(w13), std::move(w2));
+}
+
+/// The MoE descriptor of test experts, every expert seen.
+inline nibble_layer_desc moe_desc(const TestExperts& ex, int top_k, const char* name = "test.moe") {
+  const sdk::host::ExpertViews views = expert_views(ex);
+  const sdk::host::MoeShape shape{ex.K, ex.I, int32_t(ex.w13.size()), top_k};
+  return sdk::host::moe_desc(shape, views.w13(), views.w2(), name);
+}
+
 /// A quantized weight dequantized once, [N][K] in double (references reuse it across rows).
-inline std::vector<double> dequantized(const TestWeight& w) {
+inline std::vector<double> dequantized(const CanonicalWeight& w) {
   std::vector<double> d(size_t(w.N * w.K));
   for (int64_t n = 0; n < w.N; ++n)
     for (int64_t k = 0; k < w.K; ++k) d[size_t(n * w.K + k)] = w.dequant(n, k);
@@ -352,18 +298,7 @@ struct TestDense {
   }
   /// The layer descriptor of this weight as a dense layer.
   nibble_layer_desc desc(const char* name = "conformance.dense") const {
-    nibble_layer_desc d{};
-    d.struct_size = sizeof d;
-    d.op = NIBBLE_OP_DENSE;
-    d.name = name;
-    d.K = K;
-    d.N = N;
-    d.group_size = -1;
-    d.has_bias = bias.empty() ? 0 : 1;
-    d.weight_dtype = dtype;
-    d.numeric_mode = NIBBLE_MODE_FLOAT;
-    d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
-    return d;
+    return sdk::host::dense_desc(view(), name);
   }
 };
 
@@ -402,6 +337,44 @@ inline std::vector<double> reference_dense(const TestDense& w, const std::vector
       y[size_t(m * w.N + n)] = acc;
     }
   return y;
+}
+
+/// A 2-D DLTensor over a byte buffer it owns, optionally with a row stride larger than cols.
+struct Tensor2D {
+  std::vector<uint8_t> bytes;
+  int64_t shape[2] = {0, 0};
+  int64_t strides[2] = {0, 1};
+  DLTensor t{};
+  /// rows × cols of `dtype`, zero-filled; row_stride 0 means packed (strides == NULL).
+  Tensor2D(int64_t rows, int64_t cols, DLDataType dtype, int64_t row_stride = 0) {
+    const int64_t stride = row_stride > 0 ? row_stride : cols;
+    // One spare element so a zero-size tensor still has a non-null data pointer.
+    bytes.resize(size_t(rows * stride + 1) * sdk::dtype_bytes(dtype));
+    shape[0] = rows;
+    shape[1] = cols;
+    strides[0] = stride;
+    strides[1] = 1;
+    t.data = bytes.data();
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = 2;
+    t.dtype = dtype;
+    t.shape = shape;
+    t.strides = row_stride > 0 ? strides : nullptr;
+    t.byte_offset = 0;
+  }
+  Tensor2D(const Tensor2D&) = delete;
+  Tensor2D& operator=(const Tensor2D&) = delete;
+  /// Element (r, c) as double.
+  double get(int64_t r, int64_t c) const {
+    return sdk::load_float(bytes.data(), t.dtype, size_t(r * strides[0] + c));
+  }
+};
+
+/// A fresh tensor holding the activations `a`.
+inline std::unique_ptr<Tensor2D> tensor_of(const Activations& a) {
+  auto t = std::make_unique<Tensor2D>(a.M, a.K, a.dtype);
+  std::memcpy(t->bytes.data(), a.bytes.data(), a.bytes.size());
+  return t;
 }
 
 }  // namespace nibble::conformance

@@ -7,7 +7,7 @@
 #include <regex>
 #include <set>
 
-#include <nibble/elf_exports.hpp>  // the loader's own reader, from libnibble
+#include <nibble/registry.hpp>  // the loader's own preflight
 #include "suite.hpp"
 
 namespace nibble::conformance {
@@ -33,12 +33,11 @@ void fail(CheckResult& r, const std::string& why) {
 }
 
 void check_exports(const SuiteContext& ctx, CheckResult& r) {
-  const nibble::ElfExports e =
-      nibble::read_elf_exports(ctx.options.plugin_path, NIBBLE_PLUGIN_ENTRY_SYMBOL);
+  const nibble::PluginExports e = nibble::plugin_exports(ctx.options.plugin_path);
   if (!e.problem.empty()) return fail(r, "not a well-formed ELF64 shared object: " + e.problem);
   std::vector<std::string> extra;
   bool has_entry = false;
-  for (const std::string& n : e.dynamic_names) {
+  for (const std::string& n : e.names) {
     if (n == NIBBLE_PLUGIN_ENTRY_SYMBOL)
       has_entry = true;
     else

@@ -38,9 +38,6 @@ std::vector<PreparedFor> accept_and_prepare(
 /// ‖y − ref‖/‖ref‖ ≤ bound; else what is wrong. y must have been poisoned with NaN.
 std::string compare_output(const Tensor2D& y, const std::vector<double>& ref, double bound);
 
-/// A tensor holding `values` (already representable in dtype) as rows × cols of `dtype`.
-std::unique_ptr<Tensor2D> tensor_of(const Activations& a);
-
 /// Fill a check result from the failures of one configuration.
 void conclude(CheckResult& r, const std::vector<std::string>& failures, const std::string& refusal,
               size_t runs);

@@ -49,7 +49,8 @@ struct Report {
 Report run(const Options& options);
 
 /// The directory the kit uses for fixtures when none is given: $NIBBLE_CONFORMANCE_FIXTURES, the
-/// source tree's tests/data, or <prefix>/share/nibble/conformance/fixtures beside the executable.
+/// source tree's conformance/fixtures, or <prefix>/share/nibble/conformance/fixtures beside the
+/// executable.
 std::string default_fixtures_dir();
 
 /// The report as text: failures in full, a tally per section, every check when `verbose`, and a

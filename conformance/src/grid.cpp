@@ -80,12 +80,6 @@ std::string compare_output(const Tensor2D& y, const std::vector<double>& ref, do
   return "";
 }
 
-std::unique_ptr<Tensor2D> tensor_of(const Activations& a) {
-  auto t = std::make_unique<Tensor2D>(a.M, a.K, a.dtype);
-  std::memcpy(t->bytes.data(), a.bytes.data(), a.bytes.size());
-  return t;
-}
-
 void conclude(CheckResult& r, const std::vector<std::string>& failures, const std::string& refusal,
               size_t runs) {
   if (!failures.empty()) {
@@ -179,8 +173,8 @@ void run_linear(const SuiteContext& ctx, const nibble_kernel* k, const LinearCon
   spec.bias = c.bias;
   spec.scales_dtype = c.scales;
   spec.seed = seed;
-  TestWeight w = random_weight(spec);
-  nibble_layer_desc d = w.linear_desc("conformance.linear");
+  CanonicalWeight w = random_weight(spec);
+  nibble_layer_desc d = linear_desc(w, "conformance.linear");
   d.numeric_mode = k->numeric_mode;
   std::vector<std::string> failures;
   std::string refusal;
