@@ -40,9 +40,11 @@ using PackedExpert = sdk::portable::Expert<std::unique_ptr<PackedLinear>>;
 constexpr int64_t kTaskRows = 64;
 // Above this many routed rows per used expert, the GEMM work is cut into this many pieces per
 // thread and handed out dynamically (the AMX unit is shared and its speed flips); at or below it
-// (decode) each thread gets one contiguous piece: long weight streams, no task hand-offs.
+// (decode) each thread's share is one contiguous run of the weights in a few pieces, taken in
+// order: long weight streams, and a thread that is late loses only the pieces others reach first.
 constexpr int64_t kStreamingRowsPerExpert = 2;
 constexpr int64_t kPiecesPerThread = 8;
+constexpr int64_t kDecodePiecesPerThread = 4;
 // A routed row costs about this fraction of streaming one panel's weights (balancing only).
 constexpr double kRowCostPerPanel = 1.0 / 8;
 // With gate and up panels interleaved, w13's GEMM runs in blocks of this many panels (an even
@@ -191,11 +193,16 @@ class MoePrepared final : public sdk::Prepared {
       sdk::require(at <= lay.activation_bytes, "forward: activation workspace bound exceeded");
       return off;
     };
+    // The tile kernels read whole 32-row blocks, so their experts' padding rows are zeroed; the
+    // streaming kernels read only the routed rows (at decode, zeroing 31 padding rows per expert
+    // on one thread took longer than streaming the experts' weights).
     auto row_tasks = [&] {
       std::vector<RowTask> t;
-      for (int64_t e = 0; e < E; ++e)
-        for (int64_t m0 = 0; m0 < padded_rows(rows_of(e)); m0 += kRowPad)
-          t.push_back(RowTask{int32_t(e), m0, m0 + kRowPad});
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t n = rows_of(e), end = on_tiles(n) ? padded_rows(n) : n;
+        for (int64_t m0 = 0; m0 < end; m0 += kRowPad)
+          t.push_back(RowTask{int32_t(e), m0, std::min(end, m0 + kRowPad)});
+      }
       return t;
     };
     const bool streaming = s.rows <= kStreamingRowsPerExpert * s.experts_used;
@@ -209,7 +216,7 @@ class MoePrepared final : public sdk::Prepared {
                                1.0 + kRowCostPerPanel * double(m1 - m0)});
         }
       }
-      return split_pieces(units, streaming ? threads : threads * kPiecesPerThread);
+      return split_pieces(units, threads * (streaming ? kDecodePiecesPerThread : kPiecesPerThread));
     };
     // Fill rows [m0, m1) of expert e's activation buffer for one projection from `in`.
     auto fill = [&](const sdk::Matrix& in, const PackedLinear& w, char* buffer, int64_t n,
@@ -223,7 +230,7 @@ class MoePrepared final : public sdk::Prepared {
     // into y, on the streaming or the tile micro-kernel by the expert's row count.
     auto run_kernel = [&](const PackedLinear& w, int64_t n, char* buffer, const OutputView& y,
                           int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-      const bool large = level_ == IsaLevel::amx && n > small_m_;
+      const bool large = on_tiles(n);
       if (mode_ == Mode::a16) {
         A16Call call{&w, a16_view(w, n, buffer), y, n};
         call.dequantize_b = n >= dequant_m_;
@@ -364,6 +371,9 @@ class MoePrepared final : public sdk::Prepared {
     size_t gathered_x = 0, tokens = 0, gate_up = 0, down = 0, activations = 0, activation_bytes = 0,
            total = 0;
   };
+  // Whether an expert with n routed rows runs on the tile kernels (else the streaming ones).
+  bool on_tiles(int64_t n) const { return level_ == IsaLevel::amx && n > small_m_; }
+
   Layout layout(int64_t M) const {
     const int64_t rows = M * top_k_;
     const int64_t used = std::min<int64_t>(rows, int64_t(experts_.size()));

@@ -89,10 +89,17 @@ void WorkerPool::run_erased(int parts, Call call, const void* fn) {
   job.fn = fn;
   grow(parts - 1);
   job.pending.store(parts - 1, std::memory_order_relaxed);
+  // Publish to every worker before the first wake-up system call, so spinning workers start at
+  // once. Waking parked ones from the caller in a row was faster than a tree in which each woken
+  // worker wakes two more (AMX host, 16 threads, 2 ms between calls: 2048x2048 M = 1 73 against
+  // 96 us): a woken vCPU takes longer to run than a system call takes to issue.
   for (int i = 0; i < parts - 1; ++i) {
     Slot& slot = *slots_[size_t(i)];
     slot.job.store(&job, std::memory_order_release);
     slot.seq.fetch_add(1, std::memory_order_seq_cst);
+  }
+  for (int i = 0; i < parts - 1; ++i) {
+    Slot& slot = *slots_[size_t(i)];
     if (slot.parked.load(std::memory_order_seq_cst)) slot.seq.notify_one();
   }
   run_part(job, 0);
