@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/export.hpp>
 
 #include <cstdint>
 #include <string>
@@ -13,7 +14,7 @@ namespace nibble {
 /// One quantized linear layer, K inputs and N outputs, in canonical form:
 ///   W[n][k] = (q[n*K + k] - zeros[g(k)*N + n]) * scales[g(k)*N + n],
 ///   g(k) = g_idx.empty() ? (group_size == -1 ? 0 : k / group_size) : g_idx[k].
-struct CanonicalWeight {
+struct NIBBLE_API CanonicalWeight {
   int bits = 4;            ///< 4 or 8
   int group_size = -1;     ///< > 0, or -1 for one group spanning all of K
   int64_t K = 0;           ///< input channels
@@ -46,9 +47,9 @@ struct CanonicalWeight {
 };
 
 /// Number of groups a layer with K inputs has for `group_size` (-1: one).
-int64_t groups_for(int64_t K, int group_size);
+NIBBLE_API int64_t groups_for(int64_t K, int group_size);
 
 /// True when g_idx[k] == k / group_size for every k (act-order that costs nothing).
-bool is_identity_grouping(const std::vector<int32_t>& g_idx, int group_size);
+NIBBLE_API bool is_identity_grouping(const std::vector<int32_t>& g_idx, int group_size);
 
 }  // namespace nibble
