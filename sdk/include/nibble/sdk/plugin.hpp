@@ -18,7 +18,8 @@
 #include <thread>
 #include <vector>
 
-#define NIBBLE_EXPORT __attribute__((visibility("default")))
+// The name plugins written before plugin.h had NIBBLE_PLUGIN_EXPORT use.
+#define NIBBLE_EXPORT NIBBLE_PLUGIN_EXPORT
 
 namespace nibble::sdk {
 
