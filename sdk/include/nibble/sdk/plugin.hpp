@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-// The name plugins written before plugin.h had NIBBLE_PLUGIN_EXPORT use.
+// NIBBLE_PLUGIN_EXPORT's older name, kept for the plugins that use it.
 #define NIBBLE_EXPORT NIBBLE_PLUGIN_EXPORT
 
 namespace nibble::sdk {
