@@ -2,6 +2,7 @@
 // into and every kernel repacks from (the owned type is the SDK's), and the core's checks on it.
 #pragma once
 
+#include <nibble/export.hpp>
 #include <nibble/sdk/host/canonical_weight.hpp>
 
 #include <cstdint>
@@ -15,12 +16,12 @@ namespace nibble {
 using CanonicalWeight = sdk::host::CanonicalWeight;
 
 /// Throws nibble::Error (naming `what`) unless w's sizes, value ranges and g_idx are consistent.
-void validate(const CanonicalWeight& w, const std::string& what);
+NIBBLE_API void validate(const CanonicalWeight& w, const std::string& what);
 
 /// Number of groups a layer with K inputs has for `group_size` (-1: one).
-int64_t groups_for(int64_t K, int group_size);
+NIBBLE_API int64_t groups_for(int64_t K, int group_size);
 
 /// True when g_idx[k] == k / group_size for every k (act-order that costs nothing).
-bool is_identity_grouping(const std::vector<int32_t>& g_idx, int group_size);
+NIBBLE_API bool is_identity_grouping(const std::vector<int32_t>& g_idx, int group_size);
 
 }  // namespace nibble

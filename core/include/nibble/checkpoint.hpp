@@ -4,6 +4,7 @@
 
 #include <nibble/canonical_weight.hpp>
 #include <nibble/checkpoint_scheme.hpp>
+#include <nibble/export.hpp>
 #include <nibble/quant_config.hpp>
 #include <nibble/safetensors.hpp>
 
@@ -69,7 +70,7 @@ struct MoeInfo {
 };
 
 /// A plain weight [N][K] and optional bias [N], borrowed from the mapped checkpoint.
-struct DenseTensor {
+struct NIBBLE_API DenseTensor {
   std::string prefix;
   int64_t K = 0;
   int64_t N = 0;
@@ -80,7 +81,7 @@ struct DenseTensor {
 };
 
 /// An opened checkpoint. Shapes and configuration are validated at open; values at decode.
-class Checkpoint {
+class NIBBLE_API Checkpoint {
  public:
   /// Open a directory (config.json + model.safetensors or model.safetensors.index.json), a
   /// single .safetensors file (config read from its directory) or an index file. Throws
@@ -152,9 +153,9 @@ class Checkpoint {
 /// Values that open() does not read but that make results meaningless, one line per tensor: scales
 /// of quantized layers and MoE router weights holding NaN or infinity (with the count and the
 /// first element). Reads every such tensor once; `nibble inspect` reports them as warnings.
-std::vector<std::string> find_suspect_values(const Checkpoint& checkpoint);
+NIBBLE_API std::vector<std::string> find_suspect_values(const Checkpoint& checkpoint);
 
 /// "qwen" or "mixtral".
-std::string_view moe_style_name(MoeStyle style);
+NIBBLE_API std::string_view moe_style_name(MoeStyle style);
 
 }  // namespace nibble

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nibble/canonical_weight.hpp>
+#include <nibble/export.hpp>
 #include <nibble/safetensors.hpp>
 
 #include <array>
@@ -22,7 +23,7 @@ enum class SchemeKind {
 };
 
 /// "gptq_v1", "gptq_v2" or "awq_gemm".
-std::string_view scheme_name(SchemeKind kind);
+NIBBLE_API std::string_view scheme_name(SchemeKind kind);
 
 /// The tensors of one quantized layer as found in a checkpoint (nullptr: absent).
 struct LayerTensors {
@@ -50,7 +51,7 @@ struct LayerShape {
 };
 
 /// One on-disk format. Implementations: core/src/schemes/{gptq,awq}.cpp.
-class Scheme {
+class NIBBLE_API Scheme {
  public:
   virtual ~Scheme() = default;
   /// Which format this is.
@@ -68,18 +69,19 @@ class Scheme {
 };
 
 /// The scheme object for `kind` (a process-wide, stateless instance).
-const Scheme& get_scheme(SchemeKind kind);
+NIBBLE_API const Scheme& get_scheme(SchemeKind kind);
 
 /// How many stored (packed) zero values of a GPTQ qzeros tensor take each value 0..2^bits-1.
 /// `N` is the layer's output count; the tensor's shape must already be checked.
-std::vector<int64_t> gptq_stored_zero_histogram(const TensorView& qzeros, int bits, int64_t N);
+NIBBLE_API std::vector<int64_t> gptq_stored_zero_histogram(const TensorView& qzeros, int bits,
+                                                           int64_t N);
 
 /// The scheme a GPTQ layer labelled `labelled` really uses (docs/formats.md#v1-or-v2). For a
 /// symmetric layer labelled v1 whose stored zeros are all 2^(bits-1) (v2 style) the answer is
 /// GptqV2 and a warning is appended; a mix of v1- and v2-style symmetric zeros, or symmetric zeros
 /// of any other value, throws nibble::Error naming the qzeros tensor. Asymmetric layers keep their
 /// label.
-SchemeKind resolve_gptq_scheme(const LayerTensors& tensors, const SchemeParams& params,
-                               SchemeKind labelled, std::vector<std::string>& warnings);
+NIBBLE_API SchemeKind resolve_gptq_scheme(const LayerTensors& tensors, const SchemeParams& params,
+                                          SchemeKind labelled, std::vector<std::string>& warnings);
 
 }  // namespace nibble

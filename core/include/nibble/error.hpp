@@ -2,13 +2,15 @@
 // layer, plugin or option involved and what was expected versus found.
 #pragma once
 
+#include <nibble/export.hpp>
+
 #include <stdexcept>
 #include <string>
 
 namespace nibble {
 
 /// A failure with its context in the message.
-class Error : public std::runtime_error {
+class NIBBLE_API Error : public std::runtime_error {
  public:
   /// An error with a complete message.
   explicit Error(const std::string& message) : std::runtime_error(message) {}

@@ -2,6 +2,8 @@
 // level reaches the threshold (NIBBLE_LOG_LEVEL=debug|info|warning|error, default warning).
 #pragma once
 
+#include <nibble/export.hpp>
+
 #include <functional>
 #include <string>
 
@@ -10,15 +12,16 @@ namespace nibble {
 enum class LogLevel { Debug = 0, Info = 1, Warning = 2, Error = 3 };
 
 /// Log `message` from `who` ("core", a plugin name) at `level`. Thread-safe.
-void log(LogLevel level, const std::string& who, const std::string& message);
+NIBBLE_API void log(LogLevel level, const std::string& who, const std::string& message);
 
 /// Lines below this level are dropped.
-void set_log_level(LogLevel level);
+NIBBLE_API void set_log_level(LogLevel level);
 
 /// The current threshold.
-LogLevel log_level();
+NIBBLE_API LogLevel log_level();
 
 /// Replace the sink (nullptr restores stderr); for tests and tools that collect warnings.
-void set_log_sink(std::function<void(LogLevel, const std::string&, const std::string&)> sink);
+NIBBLE_API void set_log_sink(
+    std::function<void(LogLevel, const std::string&, const std::string&)> sink);
 
 }  // namespace nibble

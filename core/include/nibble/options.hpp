@@ -3,6 +3,8 @@
 // config file), environment variables, command-line flags.
 #pragma once
 
+#include <nibble/export.hpp>
+
 #include <string>
 #include <vector>
 
@@ -34,24 +36,25 @@ struct RuntimeOptions {
 
 /// Apply a JSON config file ({"backend", "plugin_dirs", "threads", "mode", "plugins"}) on top of
 /// `options`; throws nibble::Error naming the file and key on a bad value.
-void apply_config_file(RuntimeOptions& options, const std::string& path);
+NIBBLE_API void apply_config_file(RuntimeOptions& options, const std::string& path);
 
 /// Apply NIBBLE_BACKEND, NIBBLE_PLUGIN_PATH (':'-separated, ignored when the process is setuid
 /// or setgid), NIBBLE_THREADS, NIBBLE_MODE, NIBBLE_PLUGINS, NIBBLE_ALLOW_UNSAFE_PLUGIN_DIRS and
 /// NIBBLE_CONFIG (a config file applied before the other variables).
-void apply_environment(RuntimeOptions& options);
+NIBBLE_API void apply_environment(RuntimeOptions& options);
 
 /// Parse "w4a16" / "w4a8" (also "a16"/"a8"); throws nibble::Error listing the valid names.
-NumericMode parse_mode(const std::string& text, const std::string& source);
+NIBBLE_API NumericMode parse_mode(const std::string& text, const std::string& source);
 
 /// The mode's name ("w4a16", "w4a8").
-const char* mode_name(NumericMode mode);
+NIBBLE_API const char* mode_name(NumericMode mode);
 
 /// The backend names of a --backend value ("auto" for an empty one), trimmed; throws
 /// nibble::Error naming `source` when an item is empty ("," or "a,,b").
-std::vector<std::string> parse_backend_list(const std::string& text, const std::string& source);
+NIBBLE_API std::vector<std::string> parse_backend_list(const std::string& text,
+                                                       const std::string& source);
 
 /// Split "a,b,,c" into {"a","b","c"} (trimmed, empties dropped).
-std::vector<std::string> split_list(const std::string& text, char separator);
+NIBBLE_API std::vector<std::string> split_list(const std::string& text, char separator);
 
 }  // namespace nibble

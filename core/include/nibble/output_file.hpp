@@ -5,6 +5,8 @@
 // link there is refused, so a planted link cannot redirect the write and /dev/null stays a device.
 #pragma once
 
+#include <nibble/export.hpp>
+
 #include <cstddef>
 #include <filesystem>
 #include <span>
@@ -15,7 +17,7 @@ namespace nibble {
 
 /// An output file being written. commit() makes it appear at its path; destroying an uncommitted
 /// OutputFile removes the temporary and leaves the target as it was.
-class OutputFile {
+class NIBBLE_API OutputFile {
  public:
   /// Check the target (nothing there, or a regular file) and create the temporary beside it;
   /// throws nibble::Error naming the path and what is in the way.
@@ -43,9 +45,9 @@ class OutputFile {
 
 /// Throws nibble::Error when something other than a regular file is at `target` (saying what it
 /// is: a symbolic link, a FIFO, a directory, a device, ...); nothing there is fine.
-void check_output_target(const std::filesystem::path& target);
+NIBBLE_API void check_output_target(const std::filesystem::path& target);
 
 /// Write `text` to `target` through an OutputFile.
-void write_output_file(const std::filesystem::path& target, std::string_view text);
+NIBBLE_API void write_output_file(const std::filesystem::path& target, std::string_view text);
 
 }  // namespace nibble

@@ -3,6 +3,8 @@
 // synonyms, GPTQModel's `meta` nesting, `modules_to_not_convert`, `dynamic` and `lm_head`.
 #pragma once
 
+#include <nibble/export.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -22,7 +24,7 @@ namespace nibble {
 enum class QuantMethod { Gptq, Awq };
 
 /// "gptq" or "awq".
-std::string_view quant_method_name(QuantMethod method);
+NIBBLE_API std::string_view quant_method_name(QuantMethod method);
 
 /// How one module is quantized once `modules_to_not_convert` and `dynamic` are applied.
 struct ModuleQuant {
@@ -47,7 +49,7 @@ struct DynamicRule {
 };
 
 /// The parsed, validated configuration. Anything nibble cannot honour is refused at parse time.
-struct QuantConfig {
+struct NIBBLE_API QuantConfig {
   QuantMethod method = QuantMethod::Gptq;
   int bits = 4;
   int group_size = 128;  ///< > 0 or -1
@@ -72,15 +74,16 @@ struct QuantConfig {
 /// document); `source` (already escaped) names it in messages. Throws nibble::Error naming the key,
 /// the value found and the supported values for anything unsupported (bits 2/3, marlin, bitblas,
 /// gemv, ...).
-QuantConfig parse_quant_config(const nlohmann::ordered_json& object, const std::string& source);
+NIBBLE_API QuantConfig parse_quant_config(const nlohmann::ordered_json& object,
+                                          const std::string& source);
 
 /// Parse JSON text: a config.json (its `quantization_config` is used) or a bare quantization
 /// config. Throws nibble::Error on invalid JSON, too-deep nesting, or a config without one.
-QuantConfig parse_quant_config_text(std::string_view text, const std::string& source);
+NIBBLE_API QuantConfig parse_quant_config_text(std::string_view text, const std::string& source);
 
 /// The quantization config of checkpoint directory `dir`: config.json's `quantization_config`,
 /// else quantize_config.json, else quant_config.json; nullopt when none exists (a dense model).
 /// When several exist they must agree on method, bits, group size, sym and format.
-std::optional<QuantConfig> load_quant_config(const std::filesystem::path& dir);
+NIBBLE_API std::optional<QuantConfig> load_quant_config(const std::filesystem::path& dir);
 
 }  // namespace nibble

@@ -5,6 +5,7 @@
 
 #include <nibble/canonical_weight.hpp>
 #include <nibble/checkpoint_scheme.hpp>
+#include <nibble/export.hpp>
 #include <nibble/quant_config.hpp>
 #include <nibble/safetensors.hpp>
 
@@ -43,9 +44,9 @@ struct QuantizeOptions {
 /// Quantize `weight` ([N][K] row-major) to nearest; scales are rounded to options.scales_dtype
 /// first and the codes computed with the rounded scale. `rng` draws the act-order permutation.
 /// `bias` ([N], optional) is stored as f16. Throws nibble::Error on invalid options.
-CanonicalWeight quantize_rtn(std::span<const float> weight, int64_t N, int64_t K,
-                             const QuantizeOptions& options, std::mt19937_64& rng,
-                             std::span<const float> bias = {});
+NIBBLE_API CanonicalWeight quantize_rtn(std::span<const float> weight, int64_t N, int64_t K,
+                                        const QuantizeOptions& options, std::mt19937_64& rng,
+                                        std::span<const float> bias = {});
 
 /// A model ready to be written: quantized layers and every other tensor as is.
 struct QuantizedModel {
@@ -58,13 +59,14 @@ struct QuantizedModel {
 };
 
 /// The quantization config a writer records for `format` and `options`.
-QuantConfig make_quant_config(SchemeKind format, const QuantizeOptions& options);
+NIBBLE_API QuantConfig make_quant_config(SchemeKind format, const QuantizeOptions& options);
 
 /// Write `model` to directory `out` (created if needed): config.json with quantization_config
 /// and model.safetensors, or, with shard_bytes > 0, shards of about that size plus
 /// model.safetensors.index.json. Each quantized layer is encoded by the scheme of `format`.
-void write_checkpoint(const std::filesystem::path& out, const QuantizedModel& model,
-                      SchemeKind format, const QuantizeOptions& options, uint64_t shard_bytes = 0);
+NIBBLE_API void write_checkpoint(const std::filesystem::path& out, const QuantizedModel& model,
+                                 SchemeKind format, const QuantizeOptions& options,
+                                 uint64_t shard_bytes = 0);
 
 /// A synthetic MoE block (Qwen naming): E experts, hidden K, intermediate I, top-k routing.
 struct SyntheticMoe {
@@ -84,13 +86,14 @@ struct SyntheticSpec {
 };
 
 /// Generate and quantize a synthetic model (options.min_zero is set from `format`).
-QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions options,
-                                    SchemeKind format);
+NIBBLE_API QuantizedModel make_synthetic_model(const SyntheticSpec& spec, QuantizeOptions options,
+                                               SchemeKind format);
 
 /// Quantize an unquantized f16/bf16/f32 checkpoint: every 2-D `*.weight` of a linear layer and
 /// of MoE experts, except routers, embeddings, norms, the lm_head and modules whose name contains
 /// one of `skip`. A layer the format cannot pack (e.g. GPTQ K % 8) stays dense, with a note.
-QuantizedModel quantize_checkpoint(const std::filesystem::path& in, QuantizeOptions options,
-                                   SchemeKind format, const std::vector<std::string>& skip = {});
+NIBBLE_API QuantizedModel quantize_checkpoint(const std::filesystem::path& in,
+                                              QuantizeOptions options, SchemeKind format,
+                                              const std::vector<std::string>& skip = {});
 
 }  // namespace nibble

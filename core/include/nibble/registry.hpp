@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/export.hpp>
 #include <nibble/options.hpp>
 
 #include <cstdint>
@@ -26,7 +27,7 @@ struct LoadReport {
 };
 
 /// The name of a stage ("preflight", "entry", ...).
-const char* stage_name(LoadReport::Stage stage);
+NIBBLE_API const char* stage_name(LoadReport::Stage stage);
 
 /// One kernel of a backend.
 struct KernelInfo {
@@ -66,10 +67,10 @@ struct Selection {
 };
 
 /// The name of a numeric mode as the ABI knows it ("weight-only", "dynamic-int8", "float").
-const char* numeric_mode_name(int mode);
+NIBBLE_API const char* numeric_mode_name(int mode);
 
 /// An immutable set of loaded backends with the report of every file looked at.
-class Registry {
+class NIBBLE_API Registry {
  public:
   /// Look in the option's directories (and the default one), load every libnibble_*.so found
   /// there, and probe each backend. Never throws for a bad plugin: it goes into reports().
@@ -116,6 +117,6 @@ PluginExports plugin_exports(const std::string& path);
 
 /// Call every loaded plugin's shutdown once (also run at process exit). Layers must be released
 /// first; afterwards no plugin may be used.
-void shutdown_plugins();
+NIBBLE_API void shutdown_plugins();
 
 }  // namespace nibble

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <nibble/checkpoint.hpp>
+#include <nibble/export.hpp>
 #include <nibble/options.hpp>
 #include <nibble/registry.hpp>
 
@@ -48,7 +49,7 @@ class PreparedKernel;
 
 /// A prepared linear layer (quantized or dense). Copies share the prepared weight; forward may
 /// run concurrently from several threads.
-class LinearLayer {
+class NIBBLE_API LinearLayer {
  public:
   /// y[M,N] = x[M,K] · Wᵀ + b; x and y are 2-D CPU tensors of one dtype (f32, bf16 or f16).
   /// M = 0 does nothing. Throws nibble::Error naming the layer on a bad tensor.
@@ -68,7 +69,7 @@ class LinearLayer {
 };
 
 /// A prepared MoE block: its router (a dense layer) and its experts.
-class MoeLayer {
+class NIBBLE_API MoeLayer {
  public:
   /// Route and run: y[M,K] = Σ_j w[m,j] · expert_{ids[m,j]}(x[m]).
   void forward(const DLTensor& x, DLTensor& y) const;
@@ -100,7 +101,7 @@ class MoeLayer {
 };
 
 /// Loads plugins once and builds layers.
-class Runtime {
+class NIBBLE_API Runtime {
  public:
   /// Load the plugins named by `options` (see RuntimeOptions). Bad plugins are reported in
   /// registry().reports(), never thrown.

@@ -2,6 +2,8 @@
 // checkpoints via model.safetensors.index.json) and a writer.
 #pragma once
 
+#include <nibble/export.hpp>
+
 #include <dlpack/dlpack.h>
 
 #include <cstddef>
@@ -21,15 +23,15 @@ namespace nibble {
 enum class DType { F16, BF16, F32, F64, I8, U8, I16, I32, I64, BOOL };
 
 /// The safetensors spelling of a dtype ("F16", "I32", ...).
-std::string_view dtype_name(DType dtype);
+NIBBLE_API std::string_view dtype_name(DType dtype);
 /// Bytes per element.
-size_t dtype_size(DType dtype);
+NIBBLE_API size_t dtype_size(DType dtype);
 /// Parse a safetensors dtype name; nullopt for an unknown one.
-std::optional<DType> parse_dtype(std::string_view name);
+NIBBLE_API std::optional<DType> parse_dtype(std::string_view name);
 /// The DLPack dtype of `dtype` (BOOL maps to uint8: DLPack 0.6 has no bool).
-DLDataType to_dlpack(DType dtype);
+NIBBLE_API DLDataType to_dlpack(DType dtype);
 /// The safetensors dtype of a DLPack f16/bf16/f32 dtype; throws nibble::Error otherwise.
-DType from_dlpack(DLDataType dtype);
+NIBBLE_API DType from_dlpack(DLDataType dtype);
 
 /// Hard limits checked before anything the header claims is allocated.
 inline constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // 100 MiB of JSON
@@ -38,7 +40,7 @@ inline constexpr size_t kMaxRank = 8;
 
 /// A borrowed view of one tensor inside a mapped file (or an owned buffer). Data may be
 /// unaligned: read elements through the accessors, which copy bytes.
-struct TensorView {
+struct NIBBLE_API TensorView {
   std::string name;          ///< full tensor name, as stored (escape it before printing)
   std::string file;          ///< the file it lives in, already escaped for messages
   DType dtype = DType::F32;  ///< element type
@@ -62,7 +64,7 @@ struct TensorView {
 /// the reference reader: a regular file, a header of at most kMaxHeaderBytes holding one JSON
 /// object and nothing after it but spaces, no duplicate keys, and tensors that tile the data
 /// section exactly (no holes, overlaps or trailing bytes).
-class SafetensorsFile {
+class NIBBLE_API SafetensorsFile {
  public:
   /// Map and validate `path`; throws nibble::Error naming the file (and tensor, and the byte
   /// offset where it applies) on any defect, and without blocking when `path` is a FIFO.
@@ -100,7 +102,7 @@ class SafetensorsFile {
 
 /// A set of tensors spread over one or more files: a single .safetensors file, or the shards
 /// named by a model.safetensors.index.json.
-class TensorStore {
+class NIBBLE_API TensorStore {
  public:
   /// Open `model.safetensors.index.json` (sharded) or a single .safetensors file.
   static TensorStore open(const std::filesystem::path& path);
@@ -122,7 +124,7 @@ class TensorStore {
 };
 
 /// An owned tensor, e.g. a scheme's encoded qweight, ready to write.
-struct OwnedTensor {
+struct NIBBLE_API OwnedTensor {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   std::vector<std::byte> data;
@@ -147,12 +149,13 @@ struct TensorToWrite {
 /// through an OutputFile (output_file.hpp: a FIFO, device, directory or link at `path` is
 /// refused); throws nibble::Error on an I/O failure, a duplicate name or a size that contradicts
 /// dtype × shape.
-void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+NIBBLE_API void write_safetensors(const std::filesystem::path& path,
+                                  const std::vector<TensorToWrite>& tensors,
+                                  const std::map<std::string, std::string>& metadata = {});
 
 /// The same, gathering the tensors from a name → OwnedTensor map (written in name order).
-void write_safetensors(const std::filesystem::path& path,
-                       const std::map<std::string, OwnedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+NIBBLE_API void write_safetensors(const std::filesystem::path& path,
+                                  const std::map<std::string, OwnedTensor>& tensors,
+                                  const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace nibble

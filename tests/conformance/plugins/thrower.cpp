@@ -68,8 +68,9 @@ const nibble_kernel* const kKernels[] = {&kKernel};
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) nibble_status nibble_plugin_entry(
-    const nibble_host*, nibble_plugin* out, nibble_error*) {
+extern "C" NIBBLE_PLUGIN_EXPORT nibble_status nibble_plugin_entry(const nibble_host*,
+                                                                  nibble_plugin* out,
+                                                                  nibble_error*) {
   static bool started = false;
   if (!started) {
     started = true;

@@ -9,10 +9,8 @@
 
 #include <string.h>
 
-#define EXPORT __attribute__((visibility("default")))
-
 #if defined(RAW_NO_ENTRY)
-EXPORT int some_other_symbol(void) { return 42; }
+NIBBLE_PLUGIN_EXPORT int some_other_symbol(void) { return 42; }
 #else
 
 __attribute__((unused)) static int32_t can_implement(const nibble_kernel* self,
@@ -90,8 +88,8 @@ struct future_plugin {
   const char* future_text;
 };
 
-EXPORT nibble_status nibble_plugin_entry(const nibble_host* host, nibble_plugin* out,
-                                         nibble_error* error) {
+NIBBLE_PLUGIN_EXPORT nibble_status nibble_plugin_entry(const nibble_host* host, nibble_plugin* out,
+                                                       nibble_error* error) {
   (void)host;
 #if defined(RAW_ENTRY_ERROR)
   strcpy(error->message, "license check failed: no license file found");

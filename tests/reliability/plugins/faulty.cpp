@@ -15,8 +15,6 @@
 #include <string>
 #include <vector>
 
-#define EXPORT __attribute__((visibility("default")))
-
 namespace {
 
 bool fault(const char* what) {
@@ -147,8 +145,9 @@ const nibble_kernel* g_kernels[] = {&g_kernel};
 
 }  // namespace
 
-extern "C" EXPORT nibble_status nibble_plugin_entry(const nibble_host*, nibble_plugin* out,
-                                                    nibble_error* e) {
+extern "C" NIBBLE_PLUGIN_EXPORT nibble_status nibble_plugin_entry(const nibble_host*,
+                                                                  nibble_plugin* out,
+                                                                  nibble_error* e) {
   if (fault("entry:throw")) throw std::runtime_error("entry exploded");
   if (fault("entry:fail")) {
     say(e, "injected entry failure");

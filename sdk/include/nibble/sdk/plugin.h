@@ -47,6 +47,10 @@ extern "C" {
 
 /* The exported entry symbol's name, as a string, for loaders. */
 #define NIBBLE_PLUGIN_ENTRY_SYMBOL "nibble_plugin_entry"
+/* Put on the definition of nibble_plugin_entry: plugins build with hidden visibility, and this
+ * makes the entry point the symbol they export (C++ also needs extern "C"; NIBBLE_PLUGIN does
+ * both). */
+#define NIBBLE_PLUGIN_EXPORT __attribute__((visibility("default")))
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Status and errors                                                                              */

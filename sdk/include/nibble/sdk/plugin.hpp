@@ -19,7 +19,8 @@
 #include <thread>
 #include <vector>
 
-#define NIBBLE_EXPORT __attribute__((visibility("default")))
+// NIBBLE_PLUGIN_EXPORT's older name, kept for the plugins that use it.
+#define NIBBLE_EXPORT NIBBLE_PLUGIN_EXPORT
 
 namespace nibble::sdk {
 
