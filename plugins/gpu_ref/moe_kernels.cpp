@@ -2,7 +2,7 @@
 // both weights fit its rules, as GPTQMarlinMoEKernel / gptq_marlin_moe_repack do; ExLlama
 // otherwise), each weight with its own group size.
 #include <nibble/sdk/parallel_tbb.hpp>
-#include <nibble/sdk/portable_moe.hpp>
+#include <nibble/sdk/portable_kernels.hpp>
 
 #include "exllama_layout.hpp"
 #include "kernels.hpp"
@@ -13,17 +13,6 @@ namespace nibble::gpu_ref {
 namespace portable = sdk::portable;
 
 namespace {
-
-template <class Layout>
-std::unique_ptr<sdk::Prepared> prepare_moe(const nibble_layer_desc& d,
-                                           const nibble_weight_input& in) {
-  auto experts = portable::prepare_experts<Layout>(
-      d, *in.experts, [](const sdk::QuantWeight& w13, const sdk::QuantWeight& w2) {
-        return portable::Expert<Layout>{Layout::pack(w13), Layout::pack(w2)};
-      });
-  return std::make_unique<portable::MoePrepared<Layout, portable::TbbParallel>>(std::move(experts),
-                                                                                d.K, d.N, d.top_k);
-}
 
 class MarlinMoe : public sdk::Kernel {
  public:
@@ -42,7 +31,7 @@ class MarlinMoe : public sdk::Kernel {
   }
   std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
                                          const nibble_weight_input& in) const override {
-    return prepare_moe<MarlinWeight>(d, in);
+    return portable::prepare_moe<MarlinWeight, portable::TbbParallel>(d, in);
   }
 };
 
@@ -57,7 +46,7 @@ class ExllamaMoe : public sdk::Kernel {
   }
   std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
                                          const nibble_weight_input& in) const override {
-    return prepare_moe<ExllamaWeight>(d, in);
+    return portable::prepare_moe<ExllamaWeight, portable::TbbParallel>(d, in);
   }
 };
 
@@ -66,13 +55,7 @@ class ExllamaMoe : public sdk::Kernel {
 std::string why_not_moe(const nibble_layer_desc& d) {
   std::string why = why_not_quantized(d);
   if (!why.empty()) return why;
-  if (d.num_experts < 1) return "no experts";
-  if (d.top_k < 1) return "top_k " + std::to_string(d.top_k) + " < 1";
-  if (d.activation != NIBBLE_ACT_SILU)
-    return "activation " + std::to_string(d.activation) + ": only silu(gate) · up is implemented";
-  if (d.w2_group_size != -1 && d.w2_group_size <= 0)
-    return "w2 group size " + std::to_string(d.w2_group_size) + " is neither -1 nor positive";
-  return "";
+  return portable::why_not_moe_routing(d);
 }
 
 std::unique_ptr<sdk::Kernel> make_marlin_moe() { return std::make_unique<MarlinMoe>(); }

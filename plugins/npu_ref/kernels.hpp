@@ -18,10 +18,6 @@ constexpr double kBoundF32 = 1e-5;
 constexpr double kBoundF16 = 5e-4;
 constexpr double kBoundBf16 = 4e-3;
 
-constexpr uint32_t kActDtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
-
-/// The layer's name for messages.
-inline std::string layer_name(const nibble_layer_desc& d) { return d.name ? d.name : "layer"; }
 /// Checks shared by the quantized kernels; "" when the layer is computable.
 std::string why_not_quantized(const nibble_layer_desc& d);
 /// Kernel info with npu_ref's priority and bounds.
