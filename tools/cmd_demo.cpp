@@ -1,6 +1,7 @@
 // nibble demo: make a small GPTQ and AWQ model (linear layers and one MoE block) with the
 // synthetic quantizer, cache it, run every layer on every available backend and numeric mode,
 // and print each result's error against float64 and its speed.
+#include <nibble/conformance/reference.hpp>
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/quantize.hpp>
@@ -92,6 +93,11 @@ struct Buffer {
     t = DLTensor{words.data(), {kDLCPU, 0}, 2, dtype, shape, nullptr, 0};
   }
   double get(size_t i) const { return nibble::sdk::load_float(words.data(), t.dtype, i); }
+  std::vector<double> values() const {
+    std::vector<double> v(size_t(shape[0] * shape[1]));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = get(i);
+    return v;
+  }
 };
 
 Buffer random_input(int64_t M, int64_t K, uint32_t seed) {
@@ -150,20 +156,6 @@ std::pair<double, double> paired_median_seconds(F&& f, G&& g) {
   std::sort(tf.begin(), tf.end());
   std::sort(tg.begin(), tg.end());
   return {tf[tf.size() / 2], tg[tg.size() / 2]};
-}
-
-std::vector<double> reference_linear(const nibble::CanonicalWeight& w, const Buffer& x, int64_t M) {
-  std::vector<double> wd(size_t(w.N * w.K));
-  for (int64_t n = 0; n < w.N; ++n)
-    for (int64_t k = 0; k < w.K; ++k) wd[size_t(n * w.K + k)] = w.dequant(n, k);
-  std::vector<double> y(size_t(M * w.N));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < w.N; ++n) {
-      double acc = w.bias_at(n);
-      for (int64_t k = 0; k < w.K; ++k) acc += x.get(size_t(m * w.K + k)) * wd[size_t(n * w.K + k)];
-      y[size_t(m * w.N + n)] = acc;
-    }
-  return y;
 }
 
 std::vector<double> reference_moe(const nibble::Checkpoint& ckpt, const std::string& prefix,
@@ -343,7 +335,7 @@ int nibble_cmd_demo(int argc, char** argv) {
           layer.forward(x.t, y.t);
           auto w = ckpt.decode_linear(info.prefix);
           Result r{label, info.prefix, nibble::mode_name(mode), backend, layer.placement().kernel};
-          r.error = rel_error(reference_linear(w, x, M), y);
+          r.error = rel_error(nibble::conformance::reference_linear(w, x.values(), M), y);
           r.bound = bound_of(layer.placement());
           r.ok = r.error <= r.bound;
           if (!onednn.count(info.prefix))

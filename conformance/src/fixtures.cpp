@@ -2,6 +2,7 @@
 // nibble::Checkpoint into canonical weights, run through every kernel that accepts them and
 // compared with the float64 outputs stored beside them (io.safetensors).
 #include <nibble/checkpoint.hpp>
+#include <nibble/conformance/fixture_tensors.hpp>
 
 #include <filesystem>
 #include <utility>
@@ -14,27 +15,6 @@ namespace nibble::conformance {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Activations from an io.safetensors tensor (F32 or BF16), exactly.
-Activations activations_from(const TensorView& t, DLDataType dtype) {
-  Activations a;
-  a.M = t.shape.at(0);
-  a.K = t.shape.at(1);
-  a.dtype = dtype;
-  a.bytes.resize(size_t(a.M * a.K) * sdk::dtype_bytes(dtype));
-  a.values.resize(size_t(a.M * a.K));
-  for (size_t i = 0; i < a.values.size(); ++i) {
-    a.values[i] = t.as_double(i);
-    sdk::store_float(a.bytes.data(), dtype, i, float(a.values[i]));
-  }
-  return a;
-}
-
-std::vector<double> values_of(const TensorView& t) {
-  std::vector<double> v(size_t(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = t.as_double(i);
-  return v;
-}
 
 // The inputs the fixtures carry: f32 as x_m{M}, bf16 as x_bf16_m{M}.
 struct Input {
@@ -67,8 +47,8 @@ void run_linear_fixture(const fs::path& dir, const nibble_kernel* k, int threads
       for (int M : kRows) {
         std::string m = "m";  // (not "m" + ...: GCC 12's -Wrestrict false positive)
         m += std::to_string(M);
-        Activations a = activations_from(io->tensor(std::string("x_") + input.tag + m),
-                                         dtype_of_flag(input.flag));
+        Activations a = activations_of(io->tensor(std::string("x_") + input.tag + m),
+                                       dtype_of_flag(input.flag));
         auto x = tensor_of(a);
         Tensor2D y(M, w.N, a.dtype);
         poison(y.bytes, a.dtype);
@@ -121,7 +101,7 @@ void run_moe_fixture(const fs::path& dir, const nibble_kernel* k, int threads, C
       if (!(p.dtypes & input.flag)) continue;
       for (int M : kRows) {
         std::string m = std::string(input.tag) + "m" + std::to_string(M);
-        Activations a = activations_from(io->tensor("x_" + m), dtype_of_flag(input.flag));
+        Activations a = activations_of(io->tensor("x_" + m), dtype_of_flag(input.flag));
         auto x = tensor_of(a);
         Tensor2D y(M, d.K, a.dtype);
         poison(y.bytes, a.dtype);

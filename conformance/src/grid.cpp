@@ -13,11 +13,10 @@ std::vector<int64_t> grid_rows(bool quick) {
   return {1, 2, 7, 33, 128};
 }
 
-std::vector<PreparedFor> accept_and_prepare(
-    const nibble_kernel* k, nibble_layer_desc d,
-    const std::function<std::unique_ptr<PreparedLayer>(const nibble_layer_desc&, nibble_status*,
-                                                       std::string*)>& prepare_fn,
-    std::vector<std::string>& failures, std::string* refusal) {
+std::vector<PreparedFor> accept_and_prepare(const nibble_kernel* k, nibble_layer_desc d,
+                                            const PrepareFn& prepare_fn,
+                                            std::vector<std::string>& failures,
+                                            std::string* refusal) {
   uint32_t accepted = 0;
   for (uint32_t flag : kDtypeFlags) {
     d.act_dtypes = flag;
@@ -78,6 +77,38 @@ std::string compare_output(const Tensor2D& y, const std::vector<double>& ref, do
   double err = relative_error(got, ref);
   if (!(err <= bound)) return "relative error " + sci(err) + " > bound " + sci(bound);
   return "";
+}
+
+void run_grid(const SuiteContext& ctx, const nibble_kernel* k, const nibble_layer_desc& d,
+              const PrepareFn& prepare_fn, int64_t K, int64_t out_cols, uint32_t seed,
+              const GridForward& forward, CheckResult& r) {
+  std::vector<std::string> failures;
+  std::string refusal;
+  auto prepared = accept_and_prepare(k, d, prepare_fn, failures, &refusal);
+  size_t runs = 0;
+  for (const PreparedFor& p : prepared)
+    for (uint32_t flag : kDtypeFlags) {
+      if (!(p.dtypes & flag)) continue;
+      for (int64_t M : grid_rows(ctx.options.quick)) {
+        Activations a = random_activations(M, K, dtype_of_flag(flag), seed + uint32_t(M));
+        Tensor2D y(M, out_cols, a.dtype);
+        poison(y.bytes, a.dtype);
+        std::string message;
+        std::vector<double> reference;
+        ++runs;
+        std::string where = "M " + std::to_string(M) + ", " + dtype_flag_name(flag) + ": ";
+        report_step(where.substr(0, where.size() - 2));
+        nibble_status s = forward(*p.layer, a, M, y, &reference, &message);
+        if (s != NIBBLE_OK) {
+          failures.push_back(where + "forward failed with status " + std::to_string(s) + ": " +
+                             message);
+          continue;
+        }
+        std::string bad = compare_output(y, reference, bound_for(k, flag));
+        if (!bad.empty()) failures.push_back(where + bad);
+      }
+    }
+  conclude(r, failures, refusal, runs);
 }
 
 void conclude(CheckResult& r, const std::vector<std::string>& failures, const std::string& refusal,
@@ -176,39 +207,19 @@ void run_linear(const SuiteContext& ctx, const nibble_kernel* k, const LinearCon
   CanonicalWeight w = random_weight(spec);
   nibble_layer_desc d = linear_desc(w, "conformance.linear");
   d.numeric_mode = k->numeric_mode;
-  std::vector<std::string> failures;
-  std::string refusal;
-  auto prepared = accept_and_prepare(
-      k, d,
+  run_grid(
+      ctx, k, d,
       [&](const nibble_layer_desc& dd, nibble_status* s, std::string* m) {
         return prepare_linear(k, dd, w, s, m);
       },
-      failures, &refusal);
-  size_t runs = 0;
-  for (const PreparedFor& p : prepared)
-    for (uint32_t flag : kDtypeFlags) {
-      if (!(p.dtypes & flag)) continue;
-      for (int64_t M : grid_rows(ctx.options.quick)) {
-        Activations a = random_activations(M, c.K, dtype_of_flag(flag), seed + uint32_t(M));
+      c.K, c.N, seed,
+      [&](const PreparedLayer& layer, const Activations& a, int64_t M, Tensor2D& y,
+          std::vector<double>* reference, std::string* message) {
+        *reference = reference_linear(w, a.values, M);
         auto x = tensor_of(a);
-        Tensor2D y(M, c.N, a.dtype);
-        poison(y.bytes, a.dtype);
-        std::string message;
-        ++runs;
-        std::string where = "M " + std::to_string(M) + ", " + dtype_flag_name(flag) + ": ";
-        report_step(where.substr(0, where.size() - 2));
-        nibble_status s =
-            p.layer->forward(&x->t, &y.t, nullptr, nullptr, ctx.options.threads, &message);
-        if (s != NIBBLE_OK) {
-          failures.push_back(where + "forward failed with status " + std::to_string(s) + ": " +
-                             message);
-          continue;
-        }
-        std::string bad = compare_output(y, reference_linear(w, a.values, M), bound_for(k, flag));
-        if (!bad.empty()) failures.push_back(where + bad);
-      }
-    }
-  conclude(r, failures, refusal, runs);
+        return layer.forward(&x->t, &y.t, nullptr, nullptr, ctx.options.threads, message);
+      },
+      r);
 }
 
 struct DenseConfig {
@@ -226,39 +237,19 @@ void run_dense(const SuiteContext& ctx, const nibble_kernel* k, const DenseConfi
   TestDense w = random_dense(c.K, c.N, c.dtype, c.bias, seed);
   nibble_layer_desc d = w.desc();
   d.numeric_mode = k->numeric_mode;
-  std::vector<std::string> failures;
-  std::string refusal;
-  auto prepared = accept_and_prepare(
-      k, d,
+  run_grid(
+      ctx, k, d,
       [&](const nibble_layer_desc& dd, nibble_status* s, std::string* m) {
         return prepare_dense(k, dd, w, s, m);
       },
-      failures, &refusal);
-  size_t runs = 0;
-  for (const PreparedFor& p : prepared)
-    for (uint32_t flag : kDtypeFlags) {
-      if (!(p.dtypes & flag)) continue;
-      for (int64_t M : grid_rows(ctx.options.quick)) {
-        Activations a = random_activations(M, c.K, dtype_of_flag(flag), seed + uint32_t(M));
+      c.K, c.N, seed,
+      [&](const PreparedLayer& layer, const Activations& a, int64_t M, Tensor2D& y,
+          std::vector<double>* reference, std::string* message) {
+        *reference = reference_dense(w, a.values, M);
         auto x = tensor_of(a);
-        Tensor2D y(M, c.N, a.dtype);
-        poison(y.bytes, a.dtype);
-        std::string message;
-        ++runs;
-        std::string where = "M " + std::to_string(M) + ", " + dtype_flag_name(flag) + ": ";
-        report_step(where.substr(0, where.size() - 2));
-        nibble_status s =
-            p.layer->forward(&x->t, &y.t, nullptr, nullptr, ctx.options.threads, &message);
-        if (s != NIBBLE_OK) {
-          failures.push_back(where + "forward failed with status " + std::to_string(s) + ": " +
-                             message);
-          continue;
-        }
-        std::string bad = compare_output(y, reference_dense(w, a.values, M), bound_for(k, flag));
-        if (!bad.empty()) failures.push_back(where + bad);
-      }
-    }
-  conclude(r, failures, refusal, runs);
+        return layer.forward(&x->t, &y.t, nullptr, nullptr, ctx.options.threads, message);
+      },
+      r);
 }
 
 }  // namespace

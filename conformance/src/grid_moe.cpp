@@ -85,26 +85,17 @@ void run_moe(const SuiteContext& ctx, const nibble_kernel* k, const MoeConfig& c
                                   c.act_order, seed, c.zero16);
   nibble_layer_desc d = moe_desc(ex, c.top_k, "conformance.moe");
   d.numeric_mode = k->numeric_mode;
-  std::vector<std::string> failures;
-  std::string refusal;
-  auto prepared = accept_and_prepare(
-      k, d,
+  run_grid(
+      ctx, k, d,
       [&](const nibble_layer_desc& dd, nibble_status* s, std::string* m) {
         return prepare_moe(k, dd, ex, s, m);
       },
-      failures, &refusal);
-  size_t runs = 0;
-  for (const PreparedFor& p : prepared)
-    for (uint32_t flag : kDtypeFlags) {
-      if (!(p.dtypes & flag)) continue;
-      for (int64_t M : grid_rows(ctx.options.quick)) {
-        Activations a = random_activations(M, c.K, dtype_of_flag(flag), seed + uint32_t(M));
+      c.K, c.K, seed,
+      [&](const PreparedLayer& layer, const Activations& a, int64_t M, Tensor2D& y,
+          std::vector<double>* reference, std::string* message) {
         std::vector<int32_t> ids;
         std::vector<double> wts;
         make_routing(c, M, seed * 7 + uint32_t(M), &ids, &wts);
-        auto x = tensor_of(a);
-        Tensor2D y(M, c.K, a.dtype);
-        poison(y.bytes, a.dtype);
         Tensor2D id_t(M, c.top_k, c.ids64 ? sdk::dtype_i64() : sdk::dtype_i32());
         Tensor2D wt_t(M, c.top_k, sdk::dtype_f32());
         for (size_t i = 0; i < ids.size(); ++i) {
@@ -114,23 +105,11 @@ void run_moe(const SuiteContext& ctx, const nibble_kernel* k, const MoeConfig& c
             reinterpret_cast<int32_t*>(id_t.bytes.data())[i] = ids[i];
           reinterpret_cast<float*>(wt_t.bytes.data())[i] = float(wts[i]);
         }
-        std::string message;
-        ++runs;
-        std::string where = "M " + std::to_string(M) + ", " + dtype_flag_name(flag) + ": ";
-        report_step(where.substr(0, where.size() - 2));
-        nibble_status s =
-            p.layer->forward(&x->t, &y.t, &id_t.t, &wt_t.t, ctx.options.threads, &message);
-        if (s != NIBBLE_OK) {
-          failures.push_back(where + "forward failed with status " + std::to_string(s) + ": " +
-                             message);
-          continue;
-        }
-        std::string bad = compare_output(y, reference_moe(ex, a.values, M, c.top_k, ids, wts),
-                                         bound_for(k, flag));
-        if (!bad.empty()) failures.push_back(where + bad);
-      }
-    }
-  conclude(r, failures, refusal, runs);
+        *reference = reference_moe(ex, a.values, M, c.top_k, ids, wts);
+        auto x = tensor_of(a);
+        return layer.forward(&x->t, &y.t, &id_t.t, &wt_t.t, ctx.options.threads, message);
+      },
+      r);
 }
 
 }  // namespace
