@@ -129,6 +129,13 @@ NIBBLE_TILE_BLOCK(tile_block_int8, _tile_dpbsud)
 NIBBLE_TILE_BLOCK(tile_block_int8_signed, _tile_dpbssd)
 #undef NIBBLE_TILE_BLOCK
 
+// Every staged row of panels p .. p+NP-1 starts at the bias (0 without one).
+template <int NP>
+void start_with_bias(const PackedLinear& w, int64_t p, int64_t rows, float* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < NP; ++j) _mm512_store_ps(out + r * 32 + 16 * j, load_bias(w, p + j));
+}
+
 template <int NP, int MB>
 void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<uint8_t>& bmem,
               std::vector<uint8_t>& omem) {
@@ -138,8 +145,7 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
   constexpr int64_t kBlockRows = 16 * MB;
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   float* out = aligned_scratch<float>(omem, size_t(blocks * kBlockRows) * 32 * 4);
-  for (int64_t r = 0; r < blocks * kBlockRows; ++r)
-    for (int j = 0; j < NP; ++j) _mm512_store_ps(out + r * 32 + 16 * j, load_bias(w, p + j));
+  start_with_bias<NP>(w, p, blocks * kBlockRows, out);
   // C staging, [block parity][plane]: block b's tile products are issued before block b−1's
   // epilogue, so the vector work overlaps the tile unit's instead of waiting for it.
   alignas(64) float cbuf[2][2][32 * 32];
@@ -202,8 +208,7 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
   constexpr int64_t kBlockRows = 16 * MB;
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   float* out = aligned_scratch<float>(omem, size_t(blocks * kBlockRows) * 32 * 4);
-  for (int64_t r = 0; r < blocks * kBlockRows; ++r)
-    for (int j = 0; j < NP; ++j) _mm512_store_ps(out + r * 32 + 16 * j, load_bias(w, p + j));
+  start_with_bias<NP>(w, p, blocks * kBlockRows, out);
   // C staging per block parity: block b's tile products are issued before block b−1's epilogue.
   alignas(64) int32_t cbuf[2][32 * 32];
   const int64_t a_stride = call.x.stride;

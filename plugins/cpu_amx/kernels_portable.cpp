@@ -7,16 +7,24 @@
 
 namespace nibble::cpu_amx {
 
+namespace {
+
+// Every row's outputs of panel p start at the bias (0 without one).
+void start_with_bias(const PackedLinear& w, int64_t p, int64_t rows, std::vector<float>& out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < kPanel; ++c)
+      out[size_t(r) * kPanel + size_t(c)] = w.bias.size() ? w.bias[size_t(p * kPanel + c)] : 0.f;
+}
+
+}  // namespace
+
 void a16_portable(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const PackedLinear& w = *call.w;
   uint8_t vals[kPanel][kTileK];
   std::vector<float> acc(size_t(m1 - m0) * kPanel);
   std::vector<float> out(size_t(m1 - m0) * kPanel);
   for (int64_t p = p0; p < p1; ++p) {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int c = 0; c < kPanel; ++c)
-        out[size_t(m - m0) * kPanel + size_t(c)] =
-            w.bias.size() ? w.bias[size_t(p * kPanel + c)] : 0.f;
+    start_with_bias(w, p, m1 - m0, out);
     for (const Chunk& ch : w.a16_chunks) {
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
@@ -56,10 +64,7 @@ void a8_portable(const A8Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t
   std::vector<int32_t> acc(size_t(m1 - m0) * kPanel);
   std::vector<float> out(size_t(m1 - m0) * kPanel);
   for (int64_t p = p0; p < p1; ++p) {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int c = 0; c < kPanel; ++c)
-        out[size_t(m - m0) * kPanel + size_t(c)] =
-            w.bias.size() ? w.bias[size_t(p * kPanel + c)] : 0.f;
+    start_with_bias(w, p, m1 - m0, out);
     for (size_t ci = 0; ci < w.a8_chunks.size(); ++ci) {
       const Chunk& ch = w.a8_chunks[ci];
       std::fill(acc.begin(), acc.end(), 0);

@@ -61,10 +61,7 @@ class AwqGemmScheme final : public Scheme {
     expect_shape(qweight, {s.K, s.N / 8}, why + ", 8 columns per int32");
     expect_shape(scales, {s.num_groups, s.N}, why);
     expect_shape(qzeros, {s.num_groups, s.N / 8}, why + ", 8 zeros per int32");
-    if (layer.bias) {
-      expect_dtype(*layer.bias, {DType::F16, DType::BF16, DType::F32});
-      expect_shape(*layer.bias, {s.N}, "one bias per output channel");
-    }
+    check_bias(layer, s.N);
     s.bytes = layer_bytes(layer);
     return s;
   }

@@ -86,10 +86,7 @@ class GptqScheme final : public Scheme {
     expect_shape(scales, {s.num_groups, s.N}, why);
     expect_shape(qzeros, {s.num_groups, s.N / pack},
                  why + fmt::format(", {} zeros per int32", pack));
-    if (layer.bias) {
-      expect_dtype(*layer.bias, {DType::F16, DType::BF16, DType::F32});
-      expect_shape(*layer.bias, {s.N}, "one bias per output channel");
-    }
+    check_bias(layer, s.N);
     s.bytes = layer_bytes(layer);
     return s;
   }

@@ -94,11 +94,17 @@ inline OwnedTensor float_tensor(const std::vector<uint8_t>& bytes, DLDataType dt
   return t;
 }
 
-/// Check and copy the optional bias into `w`.
-inline void decode_bias(const LayerTensors& layer, int64_t N, CanonicalWeight& w) {
+/// Throw unless the optional bias is one float per output channel.
+inline void check_bias(const LayerTensors& layer, int64_t N) {
   if (!layer.bias) return;
   expect_dtype(*layer.bias, {DType::F16, DType::BF16, DType::F32});
   expect_shape(*layer.bias, {N}, "one bias per output channel");
+}
+
+/// Check and copy the optional bias into `w`.
+inline void decode_bias(const LayerTensors& layer, int64_t N, CanonicalWeight& w) {
+  if (!layer.bias) return;
+  check_bias(layer, N);
   w.bias = raw_bytes(*layer.bias);
   w.bias_dtype = to_dlpack(layer.bias->dtype);
 }
