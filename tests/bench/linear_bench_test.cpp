@@ -2,7 +2,7 @@
 // and says which, the limits are recorded per count, the targets list is there and each `met`
 // agrees with its value and goal; the dispatch probe times every layer at every count; a bad
 // number is refused with the option, the value and the range.
-#include "nibble_bench.hpp"
+#include "bench_cli.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -20,19 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int bench(std::vector<std::string> args) {
-  // oneDNN's OpenMP must not spin; set here so the bench does not re-execute this test binary.
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  args.insert(args.begin(), "bench");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return nibble_cmd_bench(int(argv.size()), argv.data());
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  return nlohmann::json::parse(f);
-}
+using nibble::test::bench;
+using nibble::test::read_json;
 
 TEST(LinearBench, RunsEveryCaseAtEachThreadCountAndEvaluatesTheTargets) {
   const fs::path json = fs::temp_directory_path() / "nibble_linear_bench_test.json";

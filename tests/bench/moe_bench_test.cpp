@@ -1,6 +1,6 @@
 // `nibble bench --moe` end to end on a small layer: every case is timed against the loop of
 // linear calls and oneDNN, the fused output agrees with the loop's, and the JSON holds the ratios.
-#include "nibble_bench.hpp"
+#include "bench_cli.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -16,14 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int bench(std::vector<std::string> args) {
-  // oneDNN's OpenMP must not spin; set here so the bench does not re-execute this test binary.
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  args.insert(args.begin(), "bench");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return nibble_cmd_bench(int(argv.size()), argv.data());
-}
+using nibble::test::bench;
+using nibble::test::read_json;
 
 TEST(MoeBench, TimesFusedLoopAndOnednnAndTheirOutputsAgree) {
   const fs::path json = fs::temp_directory_path() / "nibble_moe_bench_test.json";
@@ -45,8 +39,7 @@ TEST(MoeBench, TimesFusedLoopAndOnednnAndTheirOutputsAgree) {
   EXPECT_NE(roofline.find("moe 8x2x256x128"), std::string::npos);
   EXPECT_TRUE(fs::exists(report / "speedup.svg"));
   fs::remove_all(report);
-  std::ifstream f(json);
-  const nlohmann::json out = nlohmann::json::parse(f);
+  const nlohmann::json out = read_json(json);
   ASSERT_EQ(out.at("cases").size(), 2u * 2u * 3u * 2u);  // thread counts × shapes × M × modes
   EXPECT_EQ(out.at("thread_counts"), nlohmann::json({1, 2}));
   for (const auto& c : out.at("cases")) {

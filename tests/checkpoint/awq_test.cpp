@@ -8,24 +8,9 @@
 namespace nibble {
 namespace {
 
+using test::Encoded;
 using test::error_of;
 using test::expect_mentions;
-
-struct Encoded {
-  std::map<std::string, OwnedTensor> tensors;
-  std::map<std::string, TensorView> views;
-  LayerTensors layer;
-  explicit Encoded(std::map<std::string, OwnedTensor> t) : tensors(std::move(t)) {
-    for (const auto& [suffix, tensor] : tensors) views[suffix] = tensor.view("awq." + suffix);
-    layer.prefix = "awq";
-    auto get = [&](const char* s) { return views.count(s) ? &views[s] : nullptr; };
-    layer.qweight = get("qweight");
-    layer.qzeros = get("qzeros");
-    layer.scales = get("scales");
-    layer.g_idx = get("g_idx");
-    layer.bias = get("bias");
-  }
-};
 
 TEST(AwqGemm, InterleavedNibbleOrder) {
   // Row k = 0 holds columns 0..7 as values 1..8: nibble p must hold column ORDER[p].
@@ -40,7 +25,7 @@ TEST(AwqGemm, InterleavedNibbleOrder) {
   w.scales.assign(16, 0);
   for (int n = 0; n < 8; ++n)
     sdk::store_float(w.scales.data(), w.scales_dtype, size_t(n), 0.5f + n);
-  Encoded enc(get_scheme(SchemeKind::AwqGemm).encode(w));
+  Encoded enc(get_scheme(SchemeKind::AwqGemm).encode(w), "awq");
   const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   uint32_t qword = uint32_t(enc.views["qweight"].i32(0));
   uint32_t zword = uint32_t(enc.views["qzeros"].i32(0));
@@ -70,7 +55,7 @@ TEST_P(AwqRoundTrip, DecodeOfEncodeIsBitExact) {
                                 .zero_max = 15,
                                 .scales_dtype = c.K % 2 ? sdk::dtype_bf16() : sdk::dtype_f16(),
                                 .bias = c.N % 16 == 0});
-  Encoded enc(get_scheme(SchemeKind::AwqGemm).encode(w));
+  Encoded enc(get_scheme(SchemeKind::AwqGemm).encode(w), "awq");
   EXPECT_EQ(enc.tensors.at("qweight").shape, (std::vector<int64_t>{c.K, c.N / 8}));
   EXPECT_EQ(enc.tensors.count("g_idx"), 0u);
   CanonicalWeight back =
@@ -110,7 +95,7 @@ TEST(AwqGemm, RefusesWhatItCannotHold) {
 TEST(AwqGemm, DecodeChecksShapesAndRefusesGIdx) {
   std::mt19937_64 rng(10);
   auto w = test::random_weight(rng, {.bits = 4, .group_size = 32, .K = 64, .N = 16});
-  Encoded enc(get_scheme(SchemeKind::AwqGemm).encode(w));
+  Encoded enc(get_scheme(SchemeKind::AwqGemm).encode(w), "awq");
   expect_mentions(error_of([&] {
                     get_scheme(SchemeKind::AwqGemm).decode(enc.layer, {4, 16, false});
                   }),
@@ -121,7 +106,7 @@ TEST(AwqGemm, DecodeChecksShapesAndRefusesGIdx) {
                   {"bits=8", "AWQ GEMM"});
   auto with_gidx = enc.tensors;
   with_gidx["g_idx"] = OwnedTensor::zeros(DType::I32, {64});
-  Encoded g(with_gidx);
+  Encoded g(with_gidx, "awq");
   expect_mentions(error_of([&] {
                     get_scheme(SchemeKind::AwqGemm).decode(g.layer, {4, 32, false});
                   }),

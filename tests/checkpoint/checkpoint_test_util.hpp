@@ -1,8 +1,9 @@
 // Helpers for the checkpoint tests: fixture paths, temporary directories, random canonical
-// weights and error-message assertions.
+// weights, encoded layers and error-message assertions.
 #pragma once
 
 #include <nibble/canonical_weight.hpp>
+#include <nibble/checkpoint_scheme.hpp>
 #include <nibble/error.hpp>
 #include <nibble/safetensors.hpp>
 #include <nibble/sdk/numeric.hpp>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -186,6 +188,25 @@ inline std::vector<double> matmul(const CanonicalWeight& w, const std::vector<do
   }
   return y;
 }
+
+/// Views of encoded tensors, as a checkpoint would hand them to a scheme's decode(); the tensors
+/// are named `prefix`.<suffix>.
+struct Encoded {
+  std::map<std::string, OwnedTensor> tensors;
+  std::map<std::string, TensorView> views;
+  LayerTensors layer;
+  explicit Encoded(std::map<std::string, OwnedTensor> t, const std::string& prefix = "layer")
+      : tensors(std::move(t)) {
+    for (const auto& [suffix, tensor] : tensors) views[suffix] = tensor.view(prefix + "." + suffix);
+    layer.prefix = prefix;
+    auto get = [&](const char* s) { return views.count(s) ? &views[s] : nullptr; };
+    layer.qweight = get("qweight");
+    layer.qzeros = get("qzeros");
+    layer.scales = get("scales");
+    layer.g_idx = get("g_idx");
+    layer.bias = get("bias");
+  }
+};
 
 /// Round every value to float (what the fixtures store) and back.
 inline std::vector<double> to_f32(std::vector<double> v) {

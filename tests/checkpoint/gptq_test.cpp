@@ -11,26 +11,9 @@
 namespace nibble {
 namespace {
 
+using test::Encoded;
 using test::error_of;
 using test::expect_mentions;
-
-// Views of encoded tensors, as a checkpoint would hand them to decode().
-struct Encoded {
-  std::map<std::string, OwnedTensor> tensors;
-  std::map<std::string, TensorView> views;
-  LayerTensors layer;
-  explicit Encoded(std::map<std::string, OwnedTensor> t, const std::string& prefix = "layer")
-      : tensors(std::move(t)) {
-    for (const auto& [suffix, tensor] : tensors) views[suffix] = tensor.view(prefix + "." + suffix);
-    layer.prefix = prefix;
-    auto get = [&](const char* s) { return views.count(s) ? &views[s] : nullptr; };
-    layer.qweight = get("qweight");
-    layer.qzeros = get("qzeros");
-    layer.scales = get("scales");
-    layer.g_idx = get("g_idx");
-    layer.bias = get("bias");
-  }
-};
 
 struct RoundTripCase {
   SchemeKind kind;

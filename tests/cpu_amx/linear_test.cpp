@@ -130,16 +130,7 @@ TEST_P(CpuAmxLinear, ThreadCountDoesNotChangeResults) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(IsaAndMode, CpuAmxLinear,
-                         ::testing::Combine(::testing::Values("scalar", "avx2", "avx512", "amx",
-                                                              "amx_tiles"),
-                                            ::testing::Values(int(NIBBLE_MODE_WEIGHT_ONLY),
-                                                              int(NIBBLE_MODE_DYNAMIC_INT8))),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) +
-                                  (std::get<1>(info.param) == NIBBLE_MODE_WEIGHT_ONLY ? "_w4a16"
-                                                                                      : "_w4a8");
-                         });
+INSTANTIATE_TEST_SUITE_P(IsaAndMode, CpuAmxLinear, isa_and_mode_values(), isa_and_mode_name);
 
 TEST(CpuAmxLinearLayout, PreparedBytesStayWithin110PercentOfTheCheckpoint) {
   const nibble_kernel* k = cpu_amx().kernel("linear_a16");

@@ -206,16 +206,7 @@ TEST_P(CpuAmxMoe, BitIdenticalForOneTwoAndThreeThreads) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(IsaAndMode, CpuAmxMoe,
-                         ::testing::Combine(::testing::Values("scalar", "avx2", "avx512", "amx",
-                                                              "amx_tiles"),
-                                            ::testing::Values(int(NIBBLE_MODE_WEIGHT_ONLY),
-                                                              int(NIBBLE_MODE_DYNAMIC_INT8))),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) +
-                                  (std::get<1>(info.param) == NIBBLE_MODE_WEIGHT_ONLY ? "_w4a16"
-                                                                                      : "_w4a8");
-                         });
+INSTANTIATE_TEST_SUITE_P(IsaAndMode, CpuAmxMoe, isa_and_mode_values(), isa_and_mode_name);
 
 // The checkpoint's packed bytes of one expert weight (4/8-bit codes, f16 scales, packed zeros,
 // g_idx).

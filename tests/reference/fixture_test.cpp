@@ -4,6 +4,7 @@
 // to them (f32 and bf16 inputs, M ∈ {1, 7, 33}, MoE with and without renormalised routing weights).
 #include <gtest/gtest.h>
 #include <nibble/checkpoint.hpp>
+#include <nibble/conformance/fixture_tensors.hpp>
 #include <nibble/safetensors.hpp>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kernel_runs.hpp"
+#include "reference_plugins.hpp"
 
 namespace nibble::test {
 namespace {
@@ -19,38 +21,7 @@ std::string fixture(const std::string& name) {
   return std::string(NIBBLE_FIXTURES_DIR) + "/" + name;
 }
 
-// A tensor of the io file as activations of `dtype` (its values are exact in that dtype).
-Activations activations_of(const TensorView& t, DLDataType dtype) {
-  Activations a;
-  a.M = t.shape.at(0);
-  a.K = t.shape.at(1);
-  a.dtype = dtype;
-  a.bytes.resize(size_t(a.M * a.K) * sdk::dtype_bytes(dtype));
-  a.values.resize(size_t(a.M * a.K));
-  for (size_t i = 0; i < a.values.size(); ++i) {
-    a.values[i] = t.as_double(i);
-    sdk::store_float(a.bytes.data(), dtype, i, float(a.values[i]));
-  }
-  return a;
-}
-
-std::vector<double> values_of(const TensorView& t) {
-  std::vector<double> v(size_t(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = t.as_double(i);
-  return v;
-}
-
-class ReferenceFixtures : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    npu = new HarnessPlugin("npu_ref");
-    gpu = new HarnessPlugin("gpu_ref");
-  }
-  static HarnessPlugin* npu;
-  static HarnessPlugin* gpu;
-};
-HarnessPlugin* ReferenceFixtures::npu = nullptr;
-HarnessPlugin* ReferenceFixtures::gpu = nullptr;
+class ReferenceFixtures : public ReferencePluginsTest<> {};
 
 TEST_F(ReferenceFixtures, LinearLayersReproduceTheStoredOutputs) {
   for (const std::string name : {"gptq_v1_sym_g128", "awq_gemm_g128"}) {

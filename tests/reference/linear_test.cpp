@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernel_runs.hpp"
+#include "reference_plugins.hpp"
 
 namespace nibble::test {
 namespace {
@@ -89,17 +90,7 @@ std::string expected_marlin_refusal(const CanonicalWeight& w, const nibble_layer
   return "";
 }
 
-class ReferenceLinear : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    npu = new HarnessPlugin("npu_ref");
-    gpu = new HarnessPlugin("gpu_ref");
-  }
-  static HarnessPlugin* npu;
-  static HarnessPlugin* gpu;
-};
-HarnessPlugin* ReferenceLinear::npu = nullptr;
-HarnessPlugin* ReferenceLinear::gpu = nullptr;
+class ReferenceLinear : public ReferencePluginsTest<> {};
 
 class SchemeVariant : public ReferenceLinear, public ::testing::WithParamInterface<Variant> {};
 

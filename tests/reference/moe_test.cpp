@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernel_runs.hpp"
+#include "reference_plugins.hpp"
 
 namespace nibble::test {
 namespace {
@@ -53,17 +54,7 @@ std::string expected_marlin_refusal(const MoeCase& c) {
   return !w13.empty() ? w13 : one("w2", c.I, c.K, c.gs2);
 }
 
-class ReferenceMoe : public ::testing::TestWithParam<MoeCase> {
- protected:
-  static void SetUpTestSuite() {
-    npu = new HarnessPlugin("npu_ref");
-    gpu = new HarnessPlugin("gpu_ref");
-  }
-  static HarnessPlugin* npu;
-  static HarnessPlugin* gpu;
-};
-HarnessPlugin* ReferenceMoe::npu = nullptr;
-HarnessPlugin* ReferenceMoe::gpu = nullptr;
+class ReferenceMoe : public ReferencePluginsTest<::testing::TestWithParam<MoeCase>> {};
 
 TEST_P(ReferenceMoe, MatchesFloat64OrRefusesWithReason) {
   const MoeCase& c = GetParam();

@@ -14,11 +14,15 @@
 
 #include <unistd.h>
 
+#include "error_text.hpp"
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using namespace nibble;
 
 namespace {
+
+using nibble::test::error_text;
 
 const std::string kFaultyDir = std::string(NIBBLE_BUILD_DIR) + "/tests/plugins/faulty";
 
@@ -75,15 +79,6 @@ struct Io {
   }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(FaultInjection, EntryFailuresAreReportedAndOthersLoad) {
   for (const char* f : {"entry:fail", "entry:throw", "size:small"}) {
     FaultEnv env(f);
@@ -119,7 +114,7 @@ TEST(FaultInjection, ProbeFailuresMakeTheBackendUnavailable) {
     EXPECT_FALSE(b->available) << f;
     EXPECT_FALSE(b->probe_detail.empty());
     auto ckpt = Checkpoint::open(checkpoint());
-    EXPECT_THAT(error_of([&] { rt.linear(ckpt, "model.layers.0.linear"); }),
+    EXPECT_THAT(error_text([&] { rt.linear(ckpt, "model.layers.0.linear"); }),
                 HasSubstr("faulty is unavailable"));
   }
 }
@@ -142,7 +137,7 @@ TEST(FaultInjection, PrepareFaultsNameThePluginAndLeaveNothingBehind) {
     Runtime rt(options("faulty"));
     {
       FaultEnv env(f);
-      std::string e = error_of([&] { rt.linear(ckpt, "model.layers.0.linear"); });
+      std::string e = error_text([&] { rt.linear(ckpt, "model.layers.0.linear"); });
       EXPECT_THAT(e, HasSubstr("faulty/linear")) << f;
       EXPECT_THAT(e, HasSubstr("prepare")) << f;
       EXPECT_THAT(e, HasSubstr("model.layers.0.linear")) << f;
@@ -164,7 +159,7 @@ TEST(FaultInjection, APrepareThatAnswersUnsupportedFallsBackToTheNextCandidate) 
   EXPECT_THAT(layer.placement().passed_over.back(), HasSubstr("faulty/linear refused at prepare"));
   EXPECT_THAT(layer.placement().passed_over.back(), HasSubstr("do not fit my layout"));
   Runtime strict(options("faulty"));
-  EXPECT_THAT(error_of([&] { strict.linear(ckpt, "model.layers.0.linear"); }),
+  EXPECT_THAT(error_text([&] { strict.linear(ckpt, "model.layers.0.linear"); }),
               HasSubstr("every kernel that accepted the layer refused its weight"));
 }
 
@@ -175,15 +170,15 @@ TEST(FaultInjection, ForwardFaultsNameThePluginAndTheLayerStaysUsable) {
   Io io(2, 128, 64);
   for (const char* f : {"forward:fail", "forward:throw", "workspace:fail", "workspace:huge"}) {
     FaultEnv env(f);
-    std::string e = error_of([&] { layer.forward(io.x, io.y); });
+    std::string e = error_text([&] { layer.forward(io.x, io.y); });
     EXPECT_THAT(e, HasSubstr("faulty/linear")) << f;
     EXPECT_THAT(e, HasSubstr("model.layers.0.linear")) << f;
   }
-  EXPECT_EQ(error_of([&] { layer.forward(io.x, io.y); }), "");
+  EXPECT_EQ(error_text([&] { layer.forward(io.x, io.y); }), "");
   // Another backend keeps serving the same checkpoint throughout.
   Runtime other(options("npu_ref"));
   auto ok = other.linear(ckpt, "model.layers.0.linear");
-  EXPECT_EQ(error_of([&] { ok.forward(io.x, io.y); }), "");
+  EXPECT_EQ(error_text([&] { ok.forward(io.x, io.y); }), "");
 }
 
 }  // namespace

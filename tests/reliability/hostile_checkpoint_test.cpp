@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 
+#include "error_text.hpp"
 #include "hostile_input.hpp"
 
 using ::testing::AllOf;
@@ -22,17 +23,6 @@ using namespace nibble;
 using namespace nibble::test;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("not a nibble::Error: ") + e.what();
-  }
-  return "";
-}
 
 TEST(HostileCheckpoint, HugeNamesAreDiscoveredInLinearTime) {
   // 30,000 characters overflowed the stack of std::regex in discovery; 3 MB names must neither
@@ -66,10 +56,10 @@ TEST(HostileCheckpoint, DuplicateKeysInConfigsAreRefusedNotLastOneWins) {
   write_checkpoint(dir.path(), t,
                    R"({"quantization_config": {"quant_method": "gptq", "bits": 8, "bits": 4,)"
                    R"( "group_size": 32, "sym": false}})");
-  EXPECT_THAT(error_of([&] { Checkpoint::open(dir.path()); }),
+  EXPECT_THAT(error_text([&] { Checkpoint::open(dir.path()); }),
               AllOf(HasSubstr("config.json"), HasSubstr("duplicate key 'bits'"),
                     HasSubstr("ending at byte")));
-  EXPECT_THAT(error_of([&] { parse_quant_config_text(R"({"bits":4,"bits":4})", "q.json"); }),
+  EXPECT_THAT(error_text([&] { parse_quant_config_text(R"({"bits":4,"bits":4})", "q.json"); }),
               HasSubstr("duplicate key"));
 }
 
@@ -86,7 +76,7 @@ TEST(HostileCheckpoint, TheOutvotedTensorIsBlamedForAShapeDisagreement) {
   write_checkpoint(dir.path(), t,
                    R"({"quantization_config": {"quant_method": "gptq", "bits": 8,)"
                    R"( "group_size": 128, "sym": false, "desc_act": true}})");
-  const std::string msg = error_of([&] { Checkpoint::open(dir.path()); });
+  const std::string msg = error_text([&] { Checkpoint::open(dir.path()); });
   EXPECT_THAT(msg, AllOf(HasSubstr("tensor " + p + ".qweight"), HasSubstr("[64, 384]"),
                          HasSubstr("bits=8"), HasSubstr("g_idx [512]"),
                          HasSubstr("scales [4, 384]"), HasSubstr("both say K = 512")));
@@ -96,13 +86,13 @@ TEST(HostileCheckpoint, TheOutvotedTensorIsBlamedForAShapeDisagreement) {
                    R"({"quantization_config": {"quant_method": "gptq", "bits": 8,)"
                    R"( "group_size": 128, "sym": false, "desc_act": true}})");
   EXPECT_THAT(
-      error_of([&] { Checkpoint::open(dir.path()); }),
+      error_text([&] { Checkpoint::open(dir.path()); }),
       AllOf(HasSubstr(p + ".qweight"), HasSubstr("[128, 392]"), HasSubstr("both say N = 384")));
 }
 
 TEST(HostileCheckpoint, EmptyBackendItemsAreRefusedNotTakenAsAuto) {
   for (const char* bad : {",", "cpu_amx,", ",npu_ref", "a,,b", " , "}) {
-    EXPECT_THAT(error_of([&] { parse_backend_list(bad, "--backend"); }),
+    EXPECT_THAT(error_text([&] { parse_backend_list(bad, "--backend"); }),
                 AllOf(HasSubstr("--backend"), HasSubstr("empty item")))
         << bad;
   }
@@ -112,13 +102,13 @@ TEST(HostileCheckpoint, EmptyBackendItemsAreRefusedNotTakenAsAuto) {
   ScratchDir dir("backend_config");
   RuntimeOptions options;
   write_file(dir / "c.json", R"({"backend": ","})");
-  EXPECT_THAT(error_of([&] { apply_config_file(options, (dir / "c.json").string()); }),
+  EXPECT_THAT(error_text([&] { apply_config_file(options, (dir / "c.json").string()); }),
               HasSubstr("empty item"));
   write_file(dir / "c.json", R"({"backend": []})");
-  EXPECT_THAT(error_of([&] { apply_config_file(options, (dir / "c.json").string()); }),
+  EXPECT_THAT(error_text([&] { apply_config_file(options, (dir / "c.json").string()); }),
               HasSubstr("at least one backend"));
   setenv("NIBBLE_BACKEND", ",", 1);
-  EXPECT_THAT(error_of([&] { apply_environment(options); }), HasSubstr("NIBBLE_BACKEND"));
+  EXPECT_THAT(error_text([&] { apply_environment(options); }), HasSubstr("NIBBLE_BACKEND"));
   unsetenv("NIBBLE_BACKEND");
   // The CLI flag reaches selection, which refuses it too.
   ChildRun r =

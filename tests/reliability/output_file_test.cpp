@@ -17,11 +17,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "error_text.hpp"
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using namespace nibble;
 
 namespace {
+
+using nibble::test::error_text;
 
 fs::path fresh_dir(const std::string& tag) {
   fs::path d = fs::path(NIBBLE_BUILD_DIR) / "tests" / "output_files" /
@@ -57,15 +61,6 @@ void write_y(const fs::path& path, const std::vector<float>& v) {
   write_safetensors(path, {t});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(OutputFile, NonRegularTargetsAreRefusedAndLeftAsTheyWere) {
   fs::path dir = fresh_dir("special");
   ASSERT_EQ(mkfifo((dir / "fifo.safetensors").c_str(), 0644), 0);
@@ -78,18 +73,18 @@ TEST(OutputFile, NonRegularTargetsAreRefusedAndLeftAsTheyWere) {
                                                        {"folder.safetensors", "is a directory"},
                                                        {"link.safetensors", "is a symbolic link"}};
   for (auto [name, says] : cases) {
-    std::string why = error_of([&] { write_y(dir / name, values(4, 1)); });
+    std::string why = error_text([&] { write_y(dir / name, values(4, 1)); });
     EXPECT_THAT(why, HasSubstr(name));
     EXPECT_THAT(why, HasSubstr(says));
   }
-  EXPECT_THAT(error_of([&] { write_y(dir / "link.safetensors", values(4, 1)); }),
+  EXPECT_THAT(error_text([&] { write_y(dir / "link.safetensors", values(4, 1)); }),
               HasSubstr(victim.string()));
   EXPECT_EQ(names_in(dir), before) << "a temporary was left behind";
   EXPECT_TRUE(fs::is_fifo(dir / "fifo.safetensors"));
   EXPECT_TRUE(fs::is_symlink(dir / "link.safetensors"));
   EXPECT_EQ(slurp(victim), "precious");
   // A device: refused before anything is created in its folder.
-  EXPECT_THAT(error_of([] { OutputFile f("/dev/null"); }), HasSubstr("a character device"));
+  EXPECT_THAT(error_text([] { OutputFile f("/dev/null"); }), HasSubstr("a character device"));
   struct stat st;
   ASSERT_EQ(stat("/dev/null", &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
@@ -144,7 +139,7 @@ TEST(OutputFile, AFailedWriteRemovesTheTemporaryAndKeepsTheOldFile) {
   rlimit small = saved;
   small.rlim_cur = 4096;
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string why = error_of([&] { write_y(dir / "y.safetensors", values(100000, 3)); });
+  std::string why = error_text([&] { write_y(dir / "y.safetensors", values(100000, 3)); });
   setrlimit(RLIMIT_FSIZE, &saved);
   std::signal(SIGXFSZ, old_handler);
   EXPECT_THAT(why, HasSubstr("y.safetensors"));
@@ -161,7 +156,8 @@ TEST(OutputFile, AFailedWriteRemovesTheTemporaryAndKeepsTheOldFile) {
 
 TEST(OutputFile, AMissingFolderIsNamed) {
   fs::path dir = fresh_dir("missing");
-  std::string why = error_of([&] { write_y(dir / "no" / "such" / "y.safetensors", values(2, 0)); });
+  std::string why =
+      error_text([&] { write_y(dir / "no" / "such" / "y.safetensors", values(2, 0)); });
   EXPECT_THAT(why, HasSubstr("does not exist"));
   EXPECT_THAT(why, HasSubstr((dir / "no" / "such").string()));
 }
@@ -178,12 +174,12 @@ TEST(OutputFile, QuantizeOutRefusesALinkedConfigAndAFileAsTheFolder) {
   QuantizeOptions o;
   o.group_size = 32;
   auto model = make_synthetic_model(spec, o, SchemeKind::GptqV1);
-  std::string why = error_of([&] { write_checkpoint(out, model, SchemeKind::GptqV1, o); });
+  std::string why = error_text([&] { write_checkpoint(out, model, SchemeKind::GptqV1, o); });
   EXPECT_THAT(why, HasSubstr("config.json"));
   EXPECT_THAT(why, HasSubstr("symbolic link"));
   EXPECT_EQ(slurp(victim), "precious");
   std::ofstream(dir / "plain_file") << "x";
-  why = error_of([&] { write_checkpoint(dir / "plain_file", model, SchemeKind::GptqV1, o); });
+  why = error_text([&] { write_checkpoint(dir / "plain_file", model, SchemeKind::GptqV1, o); });
   EXPECT_THAT(why, HasSubstr("plain_file"));
   EXPECT_EQ(slurp(dir / "plain_file"), "x");
 }

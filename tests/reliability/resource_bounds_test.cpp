@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "error_text.hpp"
 #include "hostile_input.hpp"
 
 using ::testing::AllOf;
@@ -30,17 +31,6 @@ constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
 #endif
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("not a nibble::Error: ") + e.what();
-  }
-  return "";
-}
 
 std::string fmt_key(int i) { return "unused_key_" + std::to_string(i); }
 
@@ -83,7 +73,7 @@ TEST(ResourceBounds, HeadersAndConfigsHaveABudget) {
   std::string many = "[";
   for (int i = 0; i < (1 << 20) + 10; ++i) many += "0,";
   many += "0]";
-  EXPECT_THAT(error_of([&] { parse_quant_config_text("{\"x\":" + many + "}", "cfg.json"); }),
+  EXPECT_THAT(error_text([&] { parse_quant_config_text("{\"x\":" + many + "}", "cfg.json"); }),
               AllOf(HasSubstr("cfg.json"), HasSubstr("more than 1048576 JSON values")));
   std::string meta = R"({"__metadata__":{)";
   for (int i = 0; i < (1 << 20) + 1; ++i)
@@ -112,7 +102,7 @@ TEST(ResourceBounds, FifosDevicesAndDirectoriesAreRefusedWithoutBlocking) {
   const fs::path fifo = dir / "pipe";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   auto refused = [&](const std::function<void()>& f) {
-    ChildRun r = in_child([&] { return error_of(f); }, 20);
+    ChildRun r = in_child([&] { return error_text(f); }, 20);
     EXPECT_FALSE(r.timed_out) << "blocked";
     return r.output;
   };
@@ -200,7 +190,7 @@ TEST(ResourceBounds, AShardLinkLeadingOutOfTheCheckpointIsRefused) {
   index += "}}";
   write_file(ckpt / "model.safetensors.index.json", index);
   fs::create_symlink(outside / "elsewhere.safetensors", ckpt / "shard.safetensors");
-  EXPECT_THAT(error_of([&] { Checkpoint::open(ckpt); }),
+  EXPECT_THAT(error_text([&] { Checkpoint::open(ckpt); }),
               AllOf(HasSubstr("shard.safetensors"), HasSubstr("outside the checkpoint directory")));
   // Control: the same shard through a link that stays in the folder opens.
   fs::remove(ckpt / "shard.safetensors");
@@ -230,7 +220,7 @@ TEST(ResourceBounds, MoeConfigNumbersAreCheckedNotWrappedOrIgnored) {
     nlohmann::json c = base;
     c[key] = value;
     write_file(ckpt / "config.json", c.dump());
-    return error_of([&] { Checkpoint::open(ckpt); });
+    return error_text([&] { Checkpoint::open(ckpt); });
   };
   for (const nlohmann::json& bad :
        {nlohmann::json(4294967298ull), nlohmann::json(0), nlohmann::json(-1), nlohmann::json("2"),
@@ -250,12 +240,12 @@ TEST(ResourceBounds, MoeConfigNumbersAreCheckedNotWrappedOrIgnored) {
 TEST(ResourceBounds, NumbersFromTheEnvironmentCarryTheirRange) {
   setenv("NIBBLE_THREADS", "100000", 1);
   RuntimeOptions options;
-  EXPECT_THAT(error_of([&] { apply_environment(options); }),
+  EXPECT_THAT(error_text([&] { apply_environment(options); }),
               AllOf(HasSubstr("NIBBLE_THREADS"), HasSubstr("[0, 4096]")));
   setenv("NIBBLE_THREADS", "4294967298", 1);
-  EXPECT_THAT(error_of([&] { apply_environment(options); }), HasSubstr("[0, 4096]"));
+  EXPECT_THAT(error_text([&] { apply_environment(options); }), HasSubstr("[0, 4096]"));
   setenv("NIBBLE_THREADS", "8", 1);
-  EXPECT_EQ(error_of([&] { apply_environment(options); }), "");
+  EXPECT_EQ(error_text([&] { apply_environment(options); }), "");
   EXPECT_EQ(options.threads, 8);
   unsetenv("NIBBLE_THREADS");
 }
