@@ -4,6 +4,8 @@
 // read of the same bytes. Variants: accumulators per panel (ch), panels per pass (np). If the hot
 // rate is not well above the cold read rate, the kernel is bound by its instructions, not memory.
 // Usage: nibble_probe_decode_stream [threads] [rounds]
+// Standalone on purpose: each probe is one experiment in one file, so it repeats what it needs
+// of the kernels, of amx_peak.cpp and of the other probes rather than sharing code with them.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -6,6 +6,8 @@
 // only. Each round runs every variant once; reported against the same round's "cur" and against
 // a register-only peak taken right after. Timing only: the data are arbitrary.
 // Usage: nibble_probe_tile_loop_structures [threads] [rounds] [name filter]
+// Standalone on purpose: each probe is one experiment in one file, so it repeats what it needs
+// of the kernels, of amx_peak.cpp and of the other probes rather than sharing code with them.
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -3,6 +3,8 @@
 // register-only and with its 4 operand tiles reloaded from L1 each iteration, on zero and on
 // random operands, back to back in every round.
 // Usage: nibble_probe_tile_operand_data [threads] [rounds]
+// Standalone on purpose: each probe is one experiment in one file, so it repeats what it needs
+// of the kernels, of amx_peak.cpp and of the other probes rather than sharing code with them.
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
