@@ -154,6 +154,19 @@ inline nlohmann::json run_header(const Options& o, const std::string& probe, siz
   return out;
 }
 
+/// What every case of a run records about itself: rows, threads, bits, group size, numeric mode,
+/// backend and kernel.
+inline void put_case_identity(nlohmann::json& c, const Options& o, int64_t M, int threads,
+                              const std::string& mode, const char* kernel) {
+  c["M"] = M;
+  c["threads"] = threads;
+  c["bits"] = o.bits;
+  c["group_size"] = o.group;
+  c["mode"] = mode;
+  c["backend"] = o.backend;
+  c["kernel"] = kernel;
+}
+
 /// The end of a run: the machine's limits per thread count into `out` and on stdout (the
 /// top-level limits are those of the highest count), the targets (targets.hpp), then the JSON
 /// file and the report when the options ask for them. Returns the process exit code.

@@ -162,13 +162,7 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         nlohmann::json c;
         c["K"] = K;
         c["N"] = N;
-        c["M"] = M;
-        c["threads"] = threads;
-        c["bits"] = o.bits;
-        c["group_size"] = o.group;
-        c["mode"] = mode_name;
-        c["backend"] = o.backend;
-        c["kernel"] = k->name;
+        put_case_identity(c, o, M, threads, mode_name, k->name);
         c["seconds"] = to_json(sk);
         c["warm_seconds"] = to_json(sw);
         c["weight_bytes"] = layer_bytes;

@@ -298,13 +298,7 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
         c["experts"] = s.num_experts;
         c["top_k"] = s.top_k;
         c["experts_routed"] = base.experts_used;
-        c["M"] = M;
-        c["threads"] = threads;
-        c["bits"] = o.bits;
-        c["group_size"] = o.group;
-        c["mode"] = mode_name;
-        c["backend"] = o.backend;
-        c["kernel"] = k->name;
+        put_case_identity(c, o, M, threads, mode_name, k->name);
         c["seconds"] = to_json(sf);
         c["weight_bytes"] = routed_bytes;
         c["flops"] = flops;

@@ -5,6 +5,8 @@
 #include <nibble/conformance/fixture_tensors.hpp>
 
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,20 +26,23 @@ struct Input {
 constexpr Input kInputs[] = {{"", NIBBLE_DTYPE_F32}, {"bf16_", NIBBLE_DTYPE_BF16}};
 constexpr int kRows[] = {1, 7, 33};
 
-void run_linear_fixture(const fs::path& dir, const nibble_kernel* k, int threads, CheckResult& r) {
-  Checkpoint ckpt = Checkpoint::open(dir);
-  auto layers = ckpt.linear_layers();
-  if (layers.empty()) throw std::runtime_error(dir.string() + ": no linear layer");
-  CanonicalWeight w = ckpt.decode_linear(layers.front().prefix);
-  auto io = SafetensorsFile::open(dir / "io.safetensors");
+// One forward call on a fixture's inputs: runs `layer` on x (M rows; `m` names the call's io
+// tensors, e.g. "bf16_m7") into the poisoned y and returns the status.
+using FixtureForward =
+    std::function<nibble_status(const PreparedLayer& layer, const DLTensor& x, int M,
+                                const std::string& m, Tensor2D& y, std::string* message)>;
+
+// Prepare `in` for `d` for each activation dtype the kernel accepts, run every stored input of
+// those dtypes through `forward` into an [M][out_cols] output and compare it with the stored one.
+void run_fixture(const nibble_kernel* k, const nibble_layer_desc& d, const nibble_weight_input& in,
+                 const SafetensorsFile& io, int64_t out_cols, const FixtureForward& forward,
+                 CheckResult& r) {
   std::vector<std::string> failures;
   std::string refusal;
-  const nibble_canonical_weight view = w.view();
-  const nibble_weight_input in = sdk::host::quantized_input(view);
   auto prepared = accept_and_prepare(
-      k, sdk::host::linear_desc(view, "fixture", k->numeric_mode),
-      [&](const nibble_layer_desc& d, nibble_status* s, std::string* m) {
-        return prepare(k, d, in, s, m);
+      k, d,
+      [&](const nibble_layer_desc& dd, nibble_status* s, std::string* m) {
+        return prepare(k, dd, in, s, m);
       },
       failures, &refusal);
   size_t runs = 0;
@@ -45,26 +50,43 @@ void run_linear_fixture(const fs::path& dir, const nibble_kernel* k, int threads
     for (const Input& input : kInputs) {
       if (!(p.dtypes & input.flag)) continue;
       for (int M : kRows) {
-        std::string m = "m";  // (not "m" + ...: GCC 12's -Wrestrict false positive)
+        std::string m = input.tag;  // (not tag + "m" + ...: GCC 12's -Wrestrict false positive)
+        m += "m";
         m += std::to_string(M);
-        Activations a = activations_of(io->tensor(std::string("x_") + input.tag + m),
-                                       dtype_of_flag(input.flag));
+        Activations a = activations_of(io.tensor("x_" + m), dtype_of_flag(input.flag));
         auto x = tensor_of(a);
-        Tensor2D y(M, w.N, a.dtype);
+        Tensor2D y(M, out_cols, a.dtype);
         poison(y.bytes, a.dtype);
-        std::string message, where = m + " " + dtype_flag_name(input.flag) + ": ";
+        std::string message, where = m + ": ";
         ++runs;
-        report_step(where.substr(0, where.size() - 2));
-        if (p.layer->forward(&x->t, &y.t, nullptr, nullptr, threads, &message) != NIBBLE_OK) {
+        report_step(m);
+        if (forward(*p.layer, x->t, M, m, y, &message) != NIBBLE_OK) {
           failures.push_back(where + "forward failed: " + message);
           continue;
         }
-        std::string bad = compare_output(
-            y, values_of(io->tensor(std::string("y_") + input.tag + m)), bound_for(k, input.flag));
+        std::string bad =
+            compare_output(y, values_of(io.tensor("y_" + m)), bound_for(k, input.flag));
         if (!bad.empty()) failures.push_back(where + bad);
       }
     }
   conclude(r, failures, refusal, runs);
+}
+
+void run_linear_fixture(const fs::path& dir, const nibble_kernel* k, int threads, CheckResult& r) {
+  Checkpoint ckpt = Checkpoint::open(dir);
+  auto layers = ckpt.linear_layers();
+  if (layers.empty()) throw std::runtime_error(dir.string() + ": no linear layer");
+  CanonicalWeight w = ckpt.decode_linear(layers.front().prefix);
+  auto io = SafetensorsFile::open(dir / "io.safetensors");
+  const nibble_canonical_weight view = w.view();
+  run_fixture(
+      k, sdk::host::linear_desc(view, "fixture", k->numeric_mode), sdk::host::quantized_input(view),
+      *io, w.N,
+      [&](const PreparedLayer& layer, const DLTensor& x, int, const std::string&, Tensor2D& y,
+          std::string* message) {
+        return layer.forward(&x, &y.t, nullptr, nullptr, threads, message);
+      },
+      r);
 }
 
 void run_moe_fixture(const fs::path& dir, const nibble_kernel* k, int threads, CheckResult& r) {
@@ -85,26 +107,11 @@ void run_moe_fixture(const fs::path& dir, const nibble_kernel* k, int threads, C
   const nibble_layer_desc d =
       sdk::host::moe_desc(shape, w13_views, w2_views, "fixture", k->numeric_mode);
   sdk::host::ExpertViews experts(w13_views, w2_views);  // counts the plugin's get/put
-  const nibble_weight_input in = sdk::host::experts_input(experts.source());
   auto io = SafetensorsFile::open(dir / "io.safetensors");
-  std::vector<std::string> failures;
-  std::string refusal;
-  auto prepared = accept_and_prepare(
-      k, d,
-      [&](const nibble_layer_desc& dd, nibble_status* s, std::string* m) {
-        return prepare(k, dd, in, s, m);
-      },
-      failures, &refusal);
-  size_t runs = 0;
-  for (const PreparedFor& p : prepared)
-    for (const Input& input : kInputs) {
-      if (!(p.dtypes & input.flag)) continue;
-      for (int M : kRows) {
-        std::string m = std::string(input.tag) + "m" + std::to_string(M);
-        Activations a = activations_of(io->tensor("x_" + m), dtype_of_flag(input.flag));
-        auto x = tensor_of(a);
-        Tensor2D y(M, d.K, a.dtype);
-        poison(y.bytes, a.dtype);
+  run_fixture(
+      k, d, sdk::host::experts_input(experts.source()), *io, d.K,
+      [&](const PreparedLayer& layer, const DLTensor& x, int M, const std::string& m, Tensor2D& y,
+          std::string* message) {
         const TensorView& ids = io->tensor("topk_ids_" + m);
         const TensorView& wts = io->tensor("topk_weights_" + m);
         Tensor2D id_t(M, top_k, sdk::dtype_i32()), wt_t(M, top_k, sdk::dtype_f32());
@@ -112,19 +119,9 @@ void run_moe_fixture(const fs::path& dir, const nibble_kernel* k, int threads, C
           reinterpret_cast<int32_t*>(id_t.bytes.data())[i] = ids.i32(i);
           reinterpret_cast<float*>(wt_t.bytes.data())[i] = float(wts.as_double(i));
         }
-        std::string message, where = m + ": ";
-        ++runs;
-        report_step(where.substr(0, where.size() - 2));
-        if (p.layer->forward(&x->t, &y.t, &id_t.t, &wt_t.t, threads, &message) != NIBBLE_OK) {
-          failures.push_back(where + "forward failed: " + message);
-          continue;
-        }
-        std::string bad =
-            compare_output(y, values_of(io->tensor("y_" + m)), bound_for(k, input.flag));
-        if (!bad.empty()) failures.push_back(where + bad);
-      }
-    }
-  conclude(r, failures, refusal, runs);
+        return layer.forward(&x, &y.t, &id_t.t, &wt_t.t, threads, message);
+      },
+      r);
 }
 
 }  // namespace

@@ -126,6 +126,18 @@ void conclude(CheckResult& r, const std::vector<std::string>& failures, const st
 
 namespace {
 
+// A grid forward call of a linear or dense layer (no routing), against `reference`.
+GridForward linear_forward(
+    const SuiteContext& ctx,
+    std::function<std::vector<double>(const Activations& a, int64_t M)> reference) {
+  return [&ctx, reference](const PreparedLayer& layer, const Activations& a, int64_t M, Tensor2D& y,
+                           std::vector<double>* expected, std::string* message) {
+    *expected = reference(a, M);
+    auto x = tensor_of(a);
+    return layer.forward(&x->t, &y.t, nullptr, nullptr, ctx.options.threads, message);
+  };
+}
+
 enum class Zeros { symmetric, asymmetric, v1_zero16 };
 
 struct LinearConfig {
@@ -213,12 +225,8 @@ void run_linear(const SuiteContext& ctx, const nibble_kernel* k, const LinearCon
         return prepare_linear(k, dd, w, s, m);
       },
       c.K, c.N, seed,
-      [&](const PreparedLayer& layer, const Activations& a, int64_t M, Tensor2D& y,
-          std::vector<double>* reference, std::string* message) {
-        *reference = reference_linear(w, a.values, M);
-        auto x = tensor_of(a);
-        return layer.forward(&x->t, &y.t, nullptr, nullptr, ctx.options.threads, message);
-      },
+      linear_forward(
+          ctx, [&](const Activations& a, int64_t M) { return reference_linear(w, a.values, M); }),
       r);
 }
 
@@ -243,12 +251,8 @@ void run_dense(const SuiteContext& ctx, const nibble_kernel* k, const DenseConfi
         return prepare_dense(k, dd, w, s, m);
       },
       c.K, c.N, seed,
-      [&](const PreparedLayer& layer, const Activations& a, int64_t M, Tensor2D& y,
-          std::vector<double>* reference, std::string* message) {
-        *reference = reference_dense(w, a.values, M);
-        auto x = tensor_of(a);
-        return layer.forward(&x->t, &y.t, nullptr, nullptr, ctx.options.threads, message);
-      },
+      linear_forward(
+          ctx, [&](const Activations& a, int64_t M) { return reference_dense(w, a.values, M); }),
       r);
 }
 

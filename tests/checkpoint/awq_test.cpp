@@ -123,13 +123,7 @@ TEST(AwqGemm, UpstreamFixtureReproducesExpectedOutputs) {
   ASSERT_EQ(w.K, 512);
   ASSERT_EQ(w.N, 384);
   auto io = SafetensorsFile::open(dir / "io.safetensors");
-  const TensorView& wd = io->tensor("w_dequant");
-  int64_t mismatches = 0;
-  for (int64_t n = 0; n < w.N; ++n) {
-    for (int64_t k = 0; k < w.K; ++k)
-      mismatches += w.dequant(n, k) != wd.as_double(size_t(n * w.K + k));
-  }
-  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(test::dequant_mismatches(w, io->tensor("w_dequant")), 0);
   const TensorView& zeros = io->tensor("zeros");
   int distinct_zero_values = 0;
   std::vector<bool> seen(16);

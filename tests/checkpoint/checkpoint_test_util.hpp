@@ -208,6 +208,15 @@ struct Encoded {
   }
 };
 
+/// How many of w's dequantized values differ from `expected` ([N][K] row-major).
+inline int64_t dequant_mismatches(const CanonicalWeight& w, const TensorView& expected) {
+  int64_t mismatches = 0;
+  for (int64_t n = 0; n < w.N; ++n)
+    for (int64_t k = 0; k < w.K; ++k)
+      mismatches += w.dequant(n, k) != expected.as_double(size_t(n * w.K + k));
+  return mismatches;
+}
+
 /// Round every value to float (what the fixtures store) and back.
 inline std::vector<double> to_f32(std::vector<double> v) {
   for (double& x : v) x = double(float(x));

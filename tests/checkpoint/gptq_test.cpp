@@ -241,13 +241,7 @@ TEST(Gptq, UpstreamFixtureReproducesExpectedOutputs) {
   EXPECT_TRUE(w.g_idx.empty());  // desc_act false: identity grouping dropped
   EXPECT_TRUE(w.symmetric());
   auto io = SafetensorsFile::open(dir / "io.safetensors");
-  const TensorView& wd = io->tensor("w_dequant");
-  int64_t mismatches = 0;
-  for (int64_t n = 0; n < w.N; ++n) {
-    for (int64_t k = 0; k < w.K; ++k)
-      mismatches += w.dequant(n, k) != wd.as_double(size_t(n * w.K + k));
-  }
-  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(test::dequant_mismatches(w, io->tensor("w_dequant")), 0);
   const TensorView& zeros = io->tensor("zeros");
   for (int64_t i = 0; i < w.num_groups * w.N; ++i)
     ASSERT_EQ(int(w.zeros[size_t(i)]), zeros.i32(size_t(i)));

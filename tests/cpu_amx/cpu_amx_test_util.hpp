@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <tuple>
@@ -130,6 +131,23 @@ inline nibble_layer_desc desc_for(const CanonicalWeight& w, int mode) {
   d.numeric_mode = mode;
   return d;
 }
+
+/// The ISA level a parameter names, capped for the object's life. "amx_tiles" is the AMX level
+/// with the tile kernels forced down to M = 1 (no AVX-512 small-M path).
+struct IsaSetting {
+  explicit IsaSetting(const std::string& param)
+      : isa(param == "amx_tiles" ? "amx" : param), cap(isa) {
+    if (param == "amx_tiles") setenv("NIBBLE_CPU_AMX_SMALL_M", "0", 1);
+  }
+  ~IsaSetting() { unsetenv("NIBBLE_CPU_AMX_SMALL_M"); }
+  /// Whether this machine has the level.
+  bool available() const {
+    const std::vector<std::string> here = isa_levels_here();
+    return std::find(here.begin(), here.end(), isa) != here.end();
+  }
+  std::string isa;
+  MaxIsa cap;
+};
 
 /// Every ISA level crossed with both numeric modes: the parameters of the suites run on each.
 inline auto isa_and_mode_values() {

@@ -55,25 +55,11 @@ double bound_for(const nibble_kernel* k, DLDataType t) {
 
 class CpuAmxLinear : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
-// "amx_tiles" is the AMX level with the tile kernels forced down to M = 1 (no AVX-512 small-M
-// path).
-struct IsaSetting {
-  explicit IsaSetting(const std::string& param)
-      : isa(param == "amx_tiles" ? "amx" : param), cap(isa) {
-    if (param == "amx_tiles") setenv("NIBBLE_CPU_AMX_SMALL_M", "0", 1);
-  }
-  ~IsaSetting() { unsetenv("NIBBLE_CPU_AMX_SMALL_M"); }
-  std::string isa;
-  MaxIsa cap;
-};
-
 TEST_P(CpuAmxLinear, MatchesFloat64OnEverySchemeShapeAndRowCount) {
   const auto [param, mode] = GetParam();
-  const std::vector<std::string> here = isa_levels_here();
   IsaSetting setting(param);
   const std::string isa = param;
-  if (std::find(here.begin(), here.end(), setting.isa) == here.end())
-    GTEST_SKIP() << isa << " is not available on this machine";
+  if (!setting.available()) GTEST_SKIP() << isa << " is not available on this machine";
   ASSERT_EQ(probed_isa(), setting.isa);
   const nibble_kernel* k =
       cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "linear_a16" : "linear_a8");
@@ -110,11 +96,9 @@ TEST_P(CpuAmxLinear, MatchesFloat64OnEverySchemeShapeAndRowCount) {
 
 TEST_P(CpuAmxLinear, ThreadCountDoesNotChangeResults) {
   const auto [param, mode] = GetParam();
-  const std::vector<std::string> here = isa_levels_here();
   IsaSetting setting(param);
   const std::string isa = param;
-  if (std::find(here.begin(), here.end(), setting.isa) == here.end())
-    GTEST_SKIP() << isa << " is not available on this machine";
+  if (!setting.available()) GTEST_SKIP() << isa << " is not available on this machine";
   const nibble_kernel* k =
       cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "linear_a16" : "linear_a8");
   for (int64_t M : {1, 5, 64, 300}) {

@@ -86,16 +86,6 @@ const MoeCase kCases[] = {
 
 const DLDataType kActs[] = {sdk::dtype_f32(), sdk::dtype_bf16(), sdk::dtype_f16()};
 
-struct IsaSetting {
-  explicit IsaSetting(const std::string& param)
-      : isa(param == "amx_tiles" ? "amx" : param), cap(isa) {
-    if (param == "amx_tiles") setenv("NIBBLE_CPU_AMX_SMALL_M", "0", 1);
-  }
-  ~IsaSetting() { unsetenv("NIBBLE_CPU_AMX_SMALL_M"); }
-  std::string isa;
-  MaxIsa cap;
-};
-
 const char* kernel_name(int mode) { return mode == NIBBLE_MODE_WEIGHT_ONLY ? "moe_a16" : "moe_a8"; }
 
 nibble_layer_desc desc_for(const TestExperts& ex, int top_k, int mode) {
@@ -115,10 +105,8 @@ class CpuAmxMoe : public ::testing::TestWithParam<std::tuple<std::string, int>> 
 
 TEST_P(CpuAmxMoe, MatchesFloat64OnEverySchemeAndRouting) {
   const auto [param, mode] = GetParam();
-  const std::vector<std::string> here = isa_levels_here();
   IsaSetting setting(param);
-  if (std::find(here.begin(), here.end(), setting.isa) == here.end())
-    GTEST_SKIP() << param << " is not available on this machine";
+  if (!setting.available()) GTEST_SKIP() << param << " is not available on this machine";
   ASSERT_EQ(probed_isa(), setting.isa);
   const nibble_kernel* k = cpu_amx().kernel(kernel_name(mode));
   SKIP_UNLESS_DECLARED(k, kernel_name(mode));
@@ -178,10 +166,8 @@ TEST_P(CpuAmxMoe, MatchesFloat64OnEverySchemeAndRouting) {
 
 TEST_P(CpuAmxMoe, BitIdenticalForOneTwoAndThreeThreads) {
   const auto [param, mode] = GetParam();
-  const std::vector<std::string> here = isa_levels_here();
   IsaSetting setting(param);
-  if (std::find(here.begin(), here.end(), setting.isa) == here.end())
-    GTEST_SKIP() << param << " is not available on this machine";
+  if (!setting.available()) GTEST_SKIP() << param << " is not available on this machine";
   const nibble_kernel* k = cpu_amx().kernel(kernel_name(mode));
   SKIP_UNLESS_DECLARED(k, kernel_name(mode));
   const ExpertScheme& s = schemes()[1];

@@ -30,12 +30,7 @@ class AwqGemmScheme final : public Scheme {
                       "is this a GPTQ checkpoint labelled awq?",
                       where(*layer.g_idx)));
     }
-    expect_dtype(qweight, {DType::I32});
-    expect_rank2(qweight);
-    expect_dtype(qzeros, {DType::I32});
-    expect_rank2(qzeros);
-    expect_dtype(scales, {DType::F16, DType::BF16, DType::F32});
-    expect_rank2(scales);
+    expect_packed_tensors(qweight, qzeros, scales);
     LayerShape s;
     s.K = qweight.shape[0];
     s.N = scales.shape[1];

@@ -57,12 +57,7 @@ class GptqScheme final : public Scheme {
     const TensorView& qweight = require_tensor(layer.qweight, layer, "qweight", name);
     const TensorView& qzeros = require_tensor(layer.qzeros, layer, "qzeros", name);
     const TensorView& scales = require_tensor(layer.scales, layer, "scales", name);
-    expect_dtype(qweight, {DType::I32});
-    expect_rank2(qweight);
-    expect_dtype(qzeros, {DType::I32});
-    expect_rank2(qzeros);
-    expect_dtype(scales, {DType::F16, DType::BF16, DType::F32});
-    expect_rank2(scales);
+    expect_packed_tensors(qweight, qzeros, scales);
     LayerShape s;
     s.K = qweight.shape[0] * pack;
     s.N = qweight.shape[1];

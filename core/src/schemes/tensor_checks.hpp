@@ -94,6 +94,17 @@ inline OwnedTensor float_tensor(const std::vector<uint8_t>& bytes, DLDataType dt
   return t;
 }
 
+/// Throw unless qweight and qzeros are 2-D int32 words and scales a 2-D float tensor.
+inline void expect_packed_tensors(const TensorView& qweight, const TensorView& qzeros,
+                                  const TensorView& scales) {
+  expect_dtype(qweight, {DType::I32});
+  expect_rank2(qweight);
+  expect_dtype(qzeros, {DType::I32});
+  expect_rank2(qzeros);
+  expect_dtype(scales, {DType::F16, DType::BF16, DType::F32});
+  expect_rank2(scales);
+}
+
 /// Throw unless the optional bias is one float per output channel.
 inline void check_bias(const LayerTensors& layer, int64_t N) {
   if (!layer.bias) return;
