@@ -113,7 +113,7 @@ struct PluginExports {
 
 /// The loader's preflight of the file `path`: its exported symbols, read by bounded reads that
 /// trust nothing the file claims (the file is never loaded).
-PluginExports plugin_exports(const std::string& path);
+NIBBLE_API PluginExports plugin_exports(const std::string& path);
 
 /// Call every loaded plugin's shutdown once (also run at process exit). Layers must be released
 /// first; afterwards no plugin may be used.
