@@ -120,8 +120,14 @@ class Runtime {
   LinearLayer dense(const std::string& name, const nibble_dense_weight& weight) const;
   /// The layer descriptor a quantized weight gets under this runtime's mode.
   nibble_layer_desc describe(const CanonicalWeight& w, const char* name) const;
+  /// The layer descriptor the experts of MoE block `info` get under this runtime's mode with
+  /// `top_k` slots, from the checkpoint's layer facts alone (no expert is decoded).
+  nibble_layer_desc describe_experts(const MoeInfo& info, int top_k, const char* name) const;
 
  private:
+  // The nibble_numeric_mode a quantized layer asks for under this runtime's mode.
+  int32_t numeric_mode() const;
+
   RuntimeOptions options_;
   std::shared_ptr<const Registry> registry_;
 };

@@ -3,6 +3,7 @@
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/runtime.hpp>
+#include <nibble/safetensors.hpp>
 #include <nibble/sdk/numeric.hpp>
 #include <nibble/untrusted_text.hpp>
 
@@ -59,6 +60,37 @@ DLTensor matrix(void* data, int64_t* shape, DLDataType dtype) {
 
 }  // namespace
 
+nibble_layer_desc Runtime::describe_experts(const MoeInfo& info, int top_k,
+                                            const char* name) const {
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_MOE;
+  d.name = name;
+  d.K = info.hidden;
+  d.N = info.intermediate;
+  d.bits = info.w13_bits;
+  d.group_size = info.w13_group_size;
+  d.has_g_idx = info.act_order ? 1 : 0;
+  d.symmetric = info.w13_symmetric ? 1 : 0;
+  d.has_bias = 0;
+  const std::optional<DType> scales = parse_dtype(info.dtype);
+  if (!scales)
+    throw Error("MoE block " + detail::name_text(info.prefix) + ": scales dtype " +
+                detail::name_text(info.dtype) + " is not one of F16, BF16, F32");
+  d.weight_dtype = to_dlpack(*scales);
+  d.numeric_mode = numeric_mode();
+  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  d.num_experts = info.num_experts;
+  d.top_k = top_k;
+  d.activation = NIBBLE_ACT_SILU;
+  d.w2_group_size = info.w2_group_size;
+  d.w2_has_g_idx = info.act_order ? 1 : 0;
+  d.w2_symmetric = info.w2_symmetric ? 1 : 0;
+  d.max_zero = info.w13_max_zero;
+  d.w2_max_zero = info.w2_max_zero;
+  return d;
+}
+
 MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
                       const MoeOptions& opt) const {
   std::vector<MoeInfo> blocks = ckpt.moe_blocks();
@@ -109,26 +141,7 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
                 std::to_string(layer.router_->desc().K) + "], expected [" +
                 std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
 
-  // Expert 0 tells the scales' dtype and whether grouping is permuted.
-  auto first = ckpt.decode_expert(prefix, 0);
-  nibble_layer_desc d = describe(first.first, prefix.c_str());
-  d.op = NIBBLE_OP_MOE;
-  d.K = info.hidden;
-  d.N = info.intermediate;
-  d.group_size = info.w13_group_size;
-  d.has_g_idx = info.act_order ? 1 : 0;
-  d.symmetric = 0;  // only expert 0 was looked at: do not promise symmetry for all
-  d.has_bias = 0;
-  d.num_experts = info.num_experts;
-  d.top_k = layer.top_k_;
-  d.activation = NIBBLE_ACT_SILU;
-  d.w2_group_size = info.w2_group_size;
-  d.w2_has_g_idx = info.act_order ? 1 : 0;
-  d.w2_symmetric = 0;
-  // Only expert 0 was decoded: the experts' largest zero points are unknown.
-  d.max_zero = 0;
-  d.w2_max_zero = 0;
-  first = {};
+  const nibble_layer_desc d = describe_experts(info, layer.top_k_, prefix.c_str());
   Selection sel = registry_->select(d, options_.backend);
   if (!sel.passed_over.empty()) {
     std::string msg =

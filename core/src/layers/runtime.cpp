@@ -33,6 +33,10 @@ void warn_fallback(const Selection& sel, const std::string& layer, const std::st
 Runtime::Runtime(RuntimeOptions options)
     : options_(std::move(options)), registry_(Registry::load(options_)) {}
 
+int32_t Runtime::numeric_mode() const {
+  return options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
+}
+
 nibble_layer_desc Runtime::describe(const CanonicalWeight& w, const char* name) const {
   nibble_layer_desc d{};
   d.struct_size = sizeof d;
@@ -46,8 +50,7 @@ nibble_layer_desc Runtime::describe(const CanonicalWeight& w, const char* name) 
   d.symmetric = w.symmetric() ? 1 : 0;
   d.has_bias = w.bias.empty() ? 0 : 1;
   d.weight_dtype = w.scales_dtype;
-  d.numeric_mode =
-      options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
+  d.numeric_mode = numeric_mode();
   d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
   d.max_zero = w.zeros.empty() ? 0 : *std::max_element(w.zeros.begin(), w.zeros.end());
   return d;
