@@ -176,8 +176,7 @@ class MoePrepared final : public sdk::Prepared {
     gather_w13_inputs(c);
     compute_gate_up(c);
     prepare_w2_inputs(c);
-    plan_activations(c, Projection::w2);
-    project(c, Projection::w2, c.down, K_);
+    project(c, Projection::w2, c.down, K_);  // step 4: the down projection, fp32
     combine_slots(c);
   }
 
