@@ -81,6 +81,15 @@ CanonicalWeight fuse_w13(CanonicalWeight gate, const CanonicalWeight& up, const 
   return w;
 }
 
+// The largest effective zero point of weights of `bits` bits, when their stored zeros tell it: a
+// GPTQ v1 zero stored as 2^bits - 1 decodes to 2^bits, the most there can be; all symmetric means
+// every zero is 2^(bits-1). 0 when neither holds (unknown without decoding).
+int known_max_zero(int bits, bool symmetric, bool v1_stored_max) {
+  if (bits <= 0) return 0;
+  if (v1_stored_max) return 1 << bits;
+  return symmetric ? 1 << (bits - 1) : 0;
+}
+
 }  // namespace
 
 void Checkpoint::discover_moe(
@@ -133,6 +142,9 @@ void Checkpoint::discover_moe(
     info.w13_group_size = gate0.group_size;
     info.w2_bits = down0.bits;
     info.w2_group_size = down0.group_size;
+    info.dtype = gate0.dtype;
+    info.w13_symmetric = info.w2_symmetric = true;
+    bool w13_stored_max = false, w2_stored_max = false;
     for (const auto& ex : block.experts) {
       for (int j = 0; j < 3; ++j) {
         const LayerInfo& l = describe(ex[size_t(j)]);
@@ -154,8 +166,12 @@ void Checkpoint::discover_moe(
         }
         info.act_order = info.act_order || l.act_order;
         info.bytes += l.bytes;
+        (j == 2 ? info.w2_symmetric : info.w13_symmetric) &= l.symmetric;
+        (j == 2 ? w2_stored_max : w13_stored_max) |= l.stored_max_zeros > 0;
       }
     }
+    info.w13_max_zero = known_max_zero(info.w13_bits, info.w13_symmetric, w13_stored_max);
+    info.w2_max_zero = known_max_zero(info.w2_bits, info.w2_symmetric, w2_stored_max);
     info.router_prefix = prefix + ".gate";
     if (quantized_.count(info.router_prefix)) {
       throw Error(fmt::format("MoE block {}: router {} is quantized; nibble expects a dense router",

@@ -104,6 +104,16 @@ struct RowTask {
   int64_t m0, m1;
 };
 
+// The plan of one forward call, reused by the next call on the same thread: vectors keep their
+// capacity, so only a call larger than every earlier one allocates.
+struct MoeScratch {
+  SortedRouting routing;
+  std::vector<size_t> offsets;  // [E]: expert e's activation buffer in the region
+  std::vector<RowTask> fills;   // activation preparation, by (expert, padded row block)
+  std::vector<Unit> units;      // a projection's GEMM work before it is cut
+  GemmPieces pieces;
+};
+
 float silu_times(float gate, float up) { return gate / (1.f + std::exp(-gate)) * up; }
 
 // w13 ([2I][K], gate rows first) packed with its output columns reordered so that panel 2i holds
@@ -153,216 +163,23 @@ class MoePrepared final : public sdk::Prepared {
 
   size_t workspace_bytes(int64_t M) const override { return layout(M).total; }
 
+  // The steps below run in this order; each is a parallel pass over the workspace. Their plans
+  // (routing, offsets, tasks, pieces) live in the calling thread's MoeScratch and the blocks of
+  // the workers in their own thread_local buffers, both kept between calls: once each thread has
+  // taken part in a forward of this size, a forward allocates nothing.
   void forward(const sdk::ForwardArgs& args, const sdk::Exec& exec) const override {
-    const int64_t M = args.M;
-    if (M == 0) return;
-    const int64_t E = int64_t(experts_.size());
-    const int64_t top_k = args.topk_ids.cols;
-    sdk::require(top_k == top_k_, "forward: topk_ids has " + std::to_string(top_k) +
-                                      " columns, the layer's top_k is " + std::to_string(top_k_));
-    const Layout lay = layout(M);
-    sdk::require(exec.workspace_size >= lay.total, "forward: workspace too small");
-    const SortedRouting s = sort_by_expert(args.topk_ids, M, top_k, E);
-
-    const int threads = std::max(1, exec.num_threads);
-    char* ws = static_cast<char*>(exec.workspace);
-    const sdk::Matrix& x = args.x;
-    const size_t xb = sdk::dtype_bytes(x.dtype);
-    char* gathered = ws + lay.gathered_x;  // [rows][K] in x's dtype
-    // Interleaved: h [rows][I]. Otherwise gate/up [rows][2I], h written over the gate half.
-    float* gate_up = reinterpret_cast<float*>(ws + lay.gate_up);
-    const int64_t h_stride = interleaved_ ? I_ : 2 * I_;
-    float* down = reinterpret_cast<float*>(ws + lay.down);  // [rows][K]
-    char* act = ws + lay.activations;
-
-    auto rows_of = [&](int64_t e) { return s.begin[size_t(e) + 1] - s.begin[size_t(e)]; };
-    auto weight_of = [&](int64_t e, Projection p) -> const PackedLinear& {
-      return p == Projection::w13 ? *experts_[size_t(e)].w13 : *experts_[size_t(e)].w2;
-    };
-    // Activation buffers of one projection: expert e's at act + offsets[e].
-    auto activation_offsets = [&](Projection p) {
-      std::vector<size_t> off(size_t(E), 0);
-      size_t at = 0;
-      for (int64_t e = 0; e < E; ++e) {
-        const int64_t n = rows_of(e);
-        if (n == 0) continue;
-        off[size_t(e)] = at;
-        const PackedLinear& w = weight_of(e, p);
-        at += align64(mode_ == Mode::a16 ? a16_workspace_bytes(w, n) : a8_workspace_bytes(w, n));
-      }
-      sdk::require(at <= lay.activation_bytes, "forward: activation workspace bound exceeded");
-      return off;
-    };
-    // The tile kernels read whole 32-row blocks, so their experts' padding rows are zeroed; the
-    // streaming kernels read only the routed rows (at decode, zeroing 31 padding rows per expert
-    // on one thread took longer than streaming the experts' weights).
-    auto row_tasks = [&] {
-      std::vector<RowTask> t;
-      for (int64_t e = 0; e < E; ++e) {
-        const int64_t n = rows_of(e), end = on_tiles(n) ? padded_rows(n) : n;
-        for (int64_t m0 = 0; m0 < end; m0 += kRowPad)
-          t.push_back(RowTask{int32_t(e), m0, std::min(end, m0 + kRowPad)});
-      }
-      return t;
-    };
-    const bool streaming = s.rows <= kStreamingRowsPerExpert * s.experts_used;
-    auto gemm_pieces = [&](Projection p) {
-      std::vector<Unit> units;
-      for (int64_t e = 0; e < E; ++e) {
-        const int64_t n = rows_of(e);
-        for (int64_t m0 = 0; m0 < n; m0 += kTaskRows) {
-          const int64_t m1 = std::min(n, m0 + kTaskRows);
-          units.push_back(Unit{int32_t(e), m0, m1, weight_of(e, p).panels,
-                               1.0 + kRowCostPerPanel * double(m1 - m0)});
-        }
-      }
-      return split_pieces(units, threads * (streaming ? kDecodePiecesPerThread : kPiecesPerThread));
-    };
-    // Fill rows [m0, m1) of expert e's activation buffer for one projection from `in`.
-    auto fill = [&](const sdk::Matrix& in, const PackedLinear& w, char* buffer, int64_t n,
-                    int64_t m0, int64_t m1) {
-      if (mode_ == Mode::a16)
-        a16_fill(in, w, a16_view(w, n, buffer), m0, m1, level_);
-      else
-        a8_fill(in, w, a8_view(w, n, buffer), m0, m1, level_);
-    };
-    // Rows [m0, m1) × panels [p0, p1) of an expert's projection (n rows prepared in `buffer`)
-    // into y, on the streaming or the tile micro-kernel by the expert's row count.
-    auto run_kernel = [&](const PackedLinear& w, int64_t n, char* buffer, const OutputView& y,
-                          int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-      const bool large = on_tiles(n);
-      if (mode_ == Mode::a16) {
-        A16Call call{&w, a16_view(w, n, buffer), y, n};
-        call.dequantize_b = n >= dequant_m_;
-        (large ? kernels_.a16_large : kernels_.a16_small)(call, m0, m1, p0, p1);
-      } else {
-        A8Call call{&w, a8_view(w, n, buffer), y, n};
-        (large ? kernels_.a8_large : kernels_.a8_small)(call, m0, m1, p0, p1);
-      }
-    };
-    // One projection's GEMM tasks into fp32 rows of `out` (row stride ld).
-    auto project = [&](Projection p, const std::vector<size_t>& off, float* out, int64_t ld) {
-      const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(p);
-      run_pieces(threads, int64_t(pieces.size()), [&](int64_t i) {
-        for (const GemmTask& t : pieces[size_t(i)]) {
-          const PackedLinear& w = weight_of(t.expert, p);
-          OutputView y{reinterpret_cast<char*>(out + s.begin[size_t(t.expert)] * ld), ld,
-                       sdk::dtype_f32(), w.N};
-          run_kernel(w, rows_of(t.expert), act + off[size_t(t.expert)], y, t.m0, t.m1, t.p0, t.p1);
-        }
-      });
-    };
-
-    // w13's GEMM with silu(gate)·up applied to each block while it is in cache: h [rows][I].
-    auto project_w13_silu = [&](const std::vector<size_t>& off, float* h) {
-      const std::vector<std::vector<GemmTask>> pieces = gemm_pieces(Projection::w13);
-      run_pieces(threads, int64_t(pieces.size()), [&](int64_t i) {
-        // Per thread, kept between calls: 128 KiB is above malloc's mmap threshold, and a fresh
-        // mapping per piece cost page faults and zeroing on every call (seen in perf).
-        thread_local std::vector<float> scratch;
-        if (scratch.size() < size_t(kTaskRows * kSiluPanels * kPanel))
-          scratch.resize(size_t(kTaskRows * kSiluPanels * kPanel));
-        for (const GemmTask& t : pieces[size_t(i)]) {
-          const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
-          const PackedLinear& w = *experts_[size_t(t.expert)].w13;
-          char* buffer = act + off[size_t(t.expert)];
-          for (int64_t pb = t.p0; pb < t.p1; pb += kSiluPanels) {
-            const int64_t pe = std::min(t.p1, pb + kSiluPanels), ld = (pe - pb) * kPanel;
-            OutputView y{reinterpret_cast<char*>(scratch.data()), ld, sdk::dtype_f32(), w.N};
-            y.row0 = t.m0;
-            y.col0 = pb * kPanel;
-            run_kernel(w, n, buffer, y, t.m0, t.m1, pb, pe);
-            for (int64_t m = t.m0; m < t.m1; ++m) {
-              const float* v = scratch.data() + (m - t.m0) * ld;
-              float* out = h + (base + m) * I_ + pb / 2 * kPanel;
-              for (int64_t pair = 0; pair < (pe - pb) / 2; ++pair)
-                for (int c = 0; c < kPanel; ++c)
-                  out[pair * kPanel + c] =
-                      silu_times(v[2 * pair * kPanel + c], v[(2 * pair + 1) * kPanel + c]);
-            }
-          }
-        }
-      });
-    };
-
-    // 1. Gather each expert's token rows and prepare them for its w13.
-    const std::vector<RowTask> fills = row_tasks();
-    // Decode-sized row work is cheaper inline than a hand-off to the workers.
-    const int row_threads = s.rows <= kInlineRows ? 1 : threads;
-    {
-      const std::vector<size_t> off = activation_offsets(Projection::w13);
-      if (shared13_) {
-        // Every w13 takes the same slot layout: convert (A16) or quantize (A8) each token once,
-        // then copy its prepared row to each expert it is routed to.
-        const PackedLinear& w0 = *experts_[0].w13;
-        char* tokens = ws + lay.tokens;
-        run_tasks(row_threads, (M + kRowPad - 1) / kRowPad, [&](int64_t b) {
-          fill(x, w0, tokens, M, b * kRowPad, std::min(M, (b + 1) * kRowPad));
-        });
-        run_tasks(row_threads, int64_t(fills.size()), [&](int64_t i) {
-          const RowTask& t = fills[size_t(i)];
-          const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
-          const PackedLinear& w = weight_of(t.expert, Projection::w13);
-          const int64_t* source = s.row_token.data() + base;
-          char* buffer = act + off[size_t(t.expert)];
-          if (mode_ == Mode::a16)
-            a16_gather(a16_view(w0, M, tokens), source, n, a16_view(w, n, buffer), t.m0, t.m1);
-          else
-            a8_gather(a8_view(w0, M, tokens), source, n, a8_view(w, n, buffer), t.m0, t.m1);
-        });
-      } else {
-        // Per-expert slot layouts (act-order with different permutations): per-expert fills.
-        run_tasks(row_threads, int64_t(fills.size()), [&](int64_t i) {
-          const RowTask& t = fills[size_t(i)];
-          const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
-          for (int64_t m = t.m0; m < std::min(t.m1, n); ++m)
-            std::memcpy(gathered + size_t(base + m) * size_t(K_) * xb,
-                        x.row<char>(s.row_token[size_t(base + m)]), size_t(K_) * xb);
-          sdk::Matrix xe{gathered + size_t(base) * size_t(K_) * xb, x.dtype, n, K_, K_};
-          fill(xe, weight_of(t.expert, Projection::w13), act + off[size_t(t.expert)], n, t.m0,
-               t.m1);
-        });
-      }
-      // 2. gate and up for every routed row, fp32 (and h, when the panels are interleaved).
-      if (interleaved_)
-        project_w13_silu(off, gate_up);
-      else
-        project(Projection::w13, off, gate_up, 2 * I_);
-    }
-    // 3. h = silu(gate) · up in fp32 (unless step 2 made it), prepared for w2.
-    {
-      const std::vector<size_t> off = activation_offsets(Projection::w2);
-      run_tasks(row_threads, int64_t(fills.size()), [&](int64_t i) {
-        const RowTask& t = fills[size_t(i)];
-        const int64_t n = rows_of(t.expert), base = s.begin[size_t(t.expert)];
-        if (!interleaved_)
-          for (int64_t m = t.m0; m < std::min(t.m1, n); ++m) {
-            float* g = gate_up + (base + m) * 2 * I_;
-            for (int64_t c = 0; c < I_; ++c) g[c] = silu_times(g[c], g[I_ + c]);
-          }
-        sdk::Matrix he{reinterpret_cast<char*>(gate_up + base * h_stride), sdk::dtype_f32(), n, I_,
-                       h_stride};
-        fill(he, weight_of(t.expert, Projection::w2), act + off[size_t(t.expert)], n, t.m0, t.m1);
-      });
-      // 4. The down projection, fp32.
-      project(Projection::w2, off, down, K_);
-    }
-    // 5. y[m] = Σ_j weight[m, j] · down[row of (m, j)], in slot order, fp32, then rounded once.
-    const sdk::Matrix& y = args.y;
-    run_tasks(row_threads, (M + kCombineRows - 1) / kCombineRows, [&](int64_t b) {
-      std::vector<float> acc(static_cast<size_t>(K_));
-      for (int64_t m = b * kCombineRows; m < std::min(M, (b + 1) * kCombineRows); ++m) {
-        std::fill(acc.begin(), acc.end(), 0.f);
-        for (int64_t j = 0; j < top_k; ++j) {
-          const int64_t r = s.slot_row[size_t(m * top_k + j)];
-          if (r < 0) continue;
-          const float weight = args.topk_weights.get(m, j);
-          const float* d = down + r * K_;
-          for (int64_t k = 0; k < K_; ++k) acc[size_t(k)] += weight * d[k];
-        }
-        store_row(y, m, acc.data());
-      }
-    });
+    if (args.M == 0) return;
+    if (args.topk_ids.cols != top_k_)
+      throw sdk::Error(NIBBLE_INVALID_ARGUMENT,
+                       "forward: topk_ids has " + std::to_string(args.topk_ids.cols) +
+                           " columns, the layer's top_k is " + std::to_string(top_k_));
+    thread_local MoeScratch scratch;
+    Call c = start_call(args, exec, scratch);
+    gather_w13_inputs(c);
+    compute_gate_up(c);
+    prepare_w2_inputs(c);
+    project(c, Projection::w2, c.down, K_);  // step 4: the down projection, fp32
+    combine_slots(c);
   }
 
  private:
@@ -371,9 +188,6 @@ class MoePrepared final : public sdk::Prepared {
     size_t gathered_x = 0, tokens = 0, gate_up = 0, down = 0, activations = 0, activation_bytes = 0,
            total = 0;
   };
-  // Whether an expert with n routed rows runs on the tile kernels (else the streaming ones).
-  bool on_tiles(int64_t n) const { return level_ == IsaLevel::amx && n > small_m_; }
-
   Layout layout(int64_t M) const {
     const int64_t rows = M * top_k_;
     const int64_t used = std::min<int64_t>(rows, int64_t(experts_.size()));
@@ -398,6 +212,257 @@ class MoePrepared final : public sdk::Prepared {
     at += align64(l.activation_bytes);
     l.total = at;
     return l;
+  }
+
+  // One forward call: its arguments, its workspace regions and its plan.
+  struct Call {
+    const sdk::ForwardArgs& args;
+    MoeScratch& plan;
+    Layout lay;
+    int threads = 1;
+    int row_threads = 1;     // decode-sized row work is cheaper inline than a hand-off
+    bool streaming = false;  // few rows per used expert: one contiguous run per thread
+    char* ws = nullptr;
+    float* gate_up = nullptr;  // interleaved: h [rows][I]; else gate/up [rows][2I], h over gate
+    int64_t h_stride = 0;
+    float* down = nullptr;  // [rows][K]
+    char* act = nullptr;    // the activation buffers of one projection, expert by expert
+    int64_t rows_of(int64_t e) const {
+      return plan.routing.begin[size_t(e) + 1] - plan.routing.begin[size_t(e)];
+    }
+    int64_t first_row(int64_t e) const { return plan.routing.begin[size_t(e)]; }
+    char* activations_of(int64_t e) const { return act + plan.offsets[size_t(e)]; }
+  };
+
+  const PackedLinear& weight_of(int64_t e, Projection p) const {
+    return p == Projection::w13 ? *experts_[size_t(e)].w13 : *experts_[size_t(e)].w2;
+  }
+
+  // Whether an expert with n routed rows runs on the tile kernels (else the streaming ones).
+  bool on_tiles(int64_t n) const { return level_ == IsaLevel::amx && n > small_m_; }
+
+  // Check the workspace, sort the routing by expert and plan the row tasks.
+  Call start_call(const sdk::ForwardArgs& args, const sdk::Exec& exec, MoeScratch& plan) const {
+    Call c{args, plan, layout(args.M)};
+    if (exec.workspace_size < c.lay.total)
+      throw sdk::Error(NIBBLE_INVALID_ARGUMENT, "forward: workspace too small");
+    sort_by_expert(args.topk_ids, args.M, top_k_, int64_t(experts_.size()), plan.routing);
+    c.threads = std::max(1, exec.num_threads);
+    c.row_threads = plan.routing.rows <= kInlineRows ? 1 : c.threads;
+    c.streaming = plan.routing.rows <= kStreamingRowsPerExpert * plan.routing.experts_used;
+    c.ws = static_cast<char*>(exec.workspace);
+    c.gate_up = reinterpret_cast<float*>(c.ws + c.lay.gate_up);
+    c.h_stride = interleaved_ ? I_ : 2 * I_;
+    c.down = reinterpret_cast<float*>(c.ws + c.lay.down);
+    c.act = c.ws + c.lay.activations;
+    // The tile kernels read whole 32-row blocks, so their experts' padding rows are zeroed; the
+    // streaming kernels read only the routed rows (at decode, zeroing 31 padding rows per expert
+    // on one thread took longer than streaming the experts' weights).
+    plan.fills.clear();
+    for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
+      const int64_t n = c.rows_of(e), end = on_tiles(n) ? padded_rows(n) : n;
+      for (int64_t m0 = 0; m0 < end; m0 += kRowPad)
+        plan.fills.push_back(RowTask{int32_t(e), m0, std::min(end, m0 + kRowPad)});
+    }
+    return c;
+  }
+
+  // Where each expert's activation buffer for projection p starts (experts without rows: none).
+  void plan_activations(Call& c, Projection p) const {
+    c.plan.offsets.assign(experts_.size(), 0);
+    size_t at = 0;
+    for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
+      const int64_t n = c.rows_of(e);
+      if (n == 0) continue;
+      c.plan.offsets[size_t(e)] = at;
+      const PackedLinear& w = weight_of(e, p);
+      at += align64(mode_ == Mode::a16 ? a16_workspace_bytes(w, n) : a8_workspace_bytes(w, n));
+    }
+    if (at > c.lay.activation_bytes)
+      throw sdk::Error(NIBBLE_INTERNAL, "forward: activation workspace bound exceeded");
+  }
+
+  // Cut projection p's GEMM into pieces of about equal cost (c.plan.pieces).
+  void plan_gemm(Call& c, Projection p) const {
+    c.plan.units.clear();
+    for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
+      const int64_t n = c.rows_of(e);
+      for (int64_t m0 = 0; m0 < n; m0 += kTaskRows) {
+        const int64_t m1 = std::min(n, m0 + kTaskRows);
+        c.plan.units.push_back(Unit{int32_t(e), m0, m1, weight_of(e, p).panels,
+                                    1.0 + kRowCostPerPanel * double(m1 - m0)});
+      }
+    }
+    split_pieces(c.plan.units,
+                 c.threads * (c.streaming ? kDecodePiecesPerThread : kPiecesPerThread),
+                 c.plan.pieces);
+  }
+
+  // Prepare rows [m0, m1) of an expert's activation buffer (n rows) for weight w from `in`.
+  void fill_activations(const sdk::Matrix& in, const PackedLinear& w, char* buffer, int64_t n,
+                        int64_t m0, int64_t m1) const {
+    if (mode_ == Mode::a16)
+      a16_fill(in, w, a16_view(w, n, buffer), m0, m1, level_);
+    else
+      a8_fill(in, w, a8_view(w, n, buffer), m0, m1, level_);
+  }
+
+  // Rows [m0, m1) × panels [p0, p1) of an expert's projection (n rows prepared in `buffer`) into
+  // y, on the streaming or the tile micro-kernel by the expert's row count.
+  void run_kernel(const PackedLinear& w, int64_t n, char* buffer, const OutputView& y, int64_t m0,
+                  int64_t m1, int64_t p0, int64_t p1) const {
+    const bool large = on_tiles(n);
+    if (mode_ == Mode::a16) {
+      A16Call call{&w, a16_view(w, n, buffer), y, n};
+      call.dequantize_b = n >= dequant_m_;
+      (large ? kernels_.a16_large : kernels_.a16_small)(call, m0, m1, p0, p1);
+    } else {
+      A8Call call{&w, a8_view(w, n, buffer), y, n};
+      (large ? kernels_.a8_large : kernels_.a8_small)(call, m0, m1, p0, p1);
+    }
+  }
+
+  // Step 1: each expert's token rows, prepared for its w13.
+  void gather_w13_inputs(Call& c) const {
+    plan_activations(c, Projection::w13);
+    if (shared13_)
+      gather_prepared_tokens(c);
+    else
+      gather_then_prepare(c);
+  }
+
+  // Every w13 takes the same slot layout: convert (A16) or quantize (A8) each token once, then
+  // copy its prepared row to each expert it is routed to.
+  void gather_prepared_tokens(const Call& c) const {
+    const sdk::Matrix& x = c.args.x;
+    const int64_t M = c.args.M;
+    const PackedLinear& w0 = *experts_[0].w13;
+    char* tokens = c.ws + c.lay.tokens;
+    run_tasks(c.row_threads, (M + kRowPad - 1) / kRowPad, [&](int64_t b) {
+      fill_activations(x, w0, tokens, M, b * kRowPad, std::min(M, (b + 1) * kRowPad));
+    });
+    run_tasks(c.row_threads, int64_t(c.plan.fills.size()), [&](int64_t i) {
+      const RowTask& t = c.plan.fills[size_t(i)];
+      const int64_t n = c.rows_of(t.expert);
+      const PackedLinear& w = weight_of(t.expert, Projection::w13);
+      const int64_t* source = c.plan.routing.row_token.data() + c.first_row(t.expert);
+      char* buffer = c.activations_of(t.expert);
+      if (mode_ == Mode::a16)
+        a16_gather(a16_view(w0, M, tokens), source, n, a16_view(w, n, buffer), t.m0, t.m1);
+      else
+        a8_gather(a8_view(w0, M, tokens), source, n, a8_view(w, n, buffer), t.m0, t.m1);
+    });
+  }
+
+  // Per-expert slot layouts (act-order with different permutations): each expert's rows are
+  // gathered in x's dtype, then prepared for that expert.
+  void gather_then_prepare(const Call& c) const {
+    const sdk::Matrix& x = c.args.x;
+    const size_t xb = sdk::dtype_bytes(x.dtype);
+    char* gathered = c.ws + c.lay.gathered_x;  // [rows][K] in x's dtype
+    run_tasks(c.row_threads, int64_t(c.plan.fills.size()), [&](int64_t i) {
+      const RowTask& t = c.plan.fills[size_t(i)];
+      const int64_t n = c.rows_of(t.expert), base = c.first_row(t.expert);
+      for (int64_t m = t.m0; m < std::min(t.m1, n); ++m)
+        std::memcpy(gathered + size_t(base + m) * size_t(K_) * xb,
+                    x.row<char>(c.plan.routing.row_token[size_t(base + m)]), size_t(K_) * xb);
+      sdk::Matrix xe{gathered + size_t(base) * size_t(K_) * xb, x.dtype, n, K_, K_};
+      fill_activations(xe, weight_of(t.expert, Projection::w13), c.activations_of(t.expert), n,
+                       t.m0, t.m1);
+    });
+  }
+
+  // Step 2: gate and up for every routed row in fp32 (h itself when the panels are interleaved).
+  void compute_gate_up(Call& c) const {
+    if (interleaved_)
+      project_w13_silu(c);
+    else
+      project(c, Projection::w13, c.gate_up, 2 * I_);
+  }
+
+  // One projection's GEMM into fp32 rows of `out` (row stride ld).
+  void project(Call& c, Projection p, float* out, int64_t ld) const {
+    plan_gemm(c, p);
+    run_pieces(c.threads, c.plan.pieces.size(), [&](int64_t i) {
+      for (const GemmTask& t : c.plan.pieces[i]) {
+        const PackedLinear& w = weight_of(t.expert, p);
+        OutputView y{reinterpret_cast<char*>(out + c.first_row(t.expert) * ld), ld,
+                     sdk::dtype_f32(), w.N};
+        run_kernel(w, c.rows_of(t.expert), c.activations_of(t.expert), y, t.m0, t.m1, t.p0, t.p1);
+      }
+    });
+  }
+
+  // w13's GEMM with silu(gate)·up applied to each block while it is in cache: h [rows][I].
+  void project_w13_silu(Call& c) const {
+    plan_gemm(c, Projection::w13);
+    float* h = c.gate_up;
+    run_pieces(c.threads, c.plan.pieces.size(), [&](int64_t i) {
+      // Per thread, kept between calls: 128 KiB is above malloc's mmap threshold, and a fresh
+      // mapping per piece cost page faults and zeroing on every call (seen in perf).
+      thread_local std::vector<float> block;
+      if (block.size() < size_t(kTaskRows * kSiluPanels * kPanel))
+        block.resize(size_t(kTaskRows * kSiluPanels * kPanel));
+      for (const GemmTask& t : c.plan.pieces[i]) {
+        const int64_t n = c.rows_of(t.expert), base = c.first_row(t.expert);
+        const PackedLinear& w = *experts_[size_t(t.expert)].w13;
+        char* buffer = c.activations_of(t.expert);
+        for (int64_t pb = t.p0; pb < t.p1; pb += kSiluPanels) {
+          const int64_t pe = std::min(t.p1, pb + kSiluPanels), ld = (pe - pb) * kPanel;
+          OutputView y{reinterpret_cast<char*>(block.data()), ld, sdk::dtype_f32(), w.N};
+          y.row0 = t.m0;
+          y.col0 = pb * kPanel;
+          run_kernel(w, n, buffer, y, t.m0, t.m1, pb, pe);
+          for (int64_t m = t.m0; m < t.m1; ++m) {
+            const float* v = block.data() + (m - t.m0) * ld;
+            float* out = h + (base + m) * I_ + pb / 2 * kPanel;
+            for (int64_t pair = 0; pair < (pe - pb) / 2; ++pair)
+              for (int lane = 0; lane < kPanel; ++lane)
+                out[pair * kPanel + lane] =
+                    silu_times(v[2 * pair * kPanel + lane], v[(2 * pair + 1) * kPanel + lane]);
+          }
+        }
+      }
+    });
+  }
+
+  // Step 3: h = silu(gate) · up in fp32 (unless step 2 made it), prepared for w2.
+  void prepare_w2_inputs(Call& c) const {
+    plan_activations(c, Projection::w2);
+    run_tasks(c.row_threads, int64_t(c.plan.fills.size()), [&](int64_t i) {
+      const RowTask& t = c.plan.fills[size_t(i)];
+      const int64_t n = c.rows_of(t.expert), base = c.first_row(t.expert);
+      if (!interleaved_)
+        for (int64_t m = t.m0; m < std::min(t.m1, n); ++m) {
+          float* g = c.gate_up + (base + m) * 2 * I_;
+          for (int64_t col = 0; col < I_; ++col) g[col] = silu_times(g[col], g[I_ + col]);
+        }
+      sdk::Matrix he{reinterpret_cast<char*>(c.gate_up + base * c.h_stride), sdk::dtype_f32(), n,
+                     I_, c.h_stride};
+      fill_activations(he, weight_of(t.expert, Projection::w2), c.activations_of(t.expert), n, t.m0,
+                       t.m1);
+    });
+  }
+
+  // Step 5: y[m] = Σ_j weight[m, j] · down[row of (m, j)], in slot order, fp32, rounded once.
+  void combine_slots(const Call& c) const {
+    const sdk::ForwardArgs& a = c.args;
+    const int64_t M = a.M;
+    run_tasks(c.row_threads, (M + kCombineRows - 1) / kCombineRows, [&](int64_t b) {
+      thread_local std::vector<float> acc;
+      acc.resize(size_t(K_));
+      for (int64_t m = b * kCombineRows; m < std::min(M, (b + 1) * kCombineRows); ++m) {
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t j = 0; j < top_k_; ++j) {
+          const int64_t r = c.plan.routing.slot_row[size_t(m * top_k_ + j)];
+          if (r < 0) continue;
+          const float weight = a.topk_weights.get(m, j);
+          const float* d = c.down + r * K_;
+          for (int64_t k = 0; k < K_; ++k) acc[size_t(k)] += weight * d[k];
+        }
+        store_row(a.y, m, acc.data());
+      }
+    });
   }
 
   bool interleaved_;  ///< w13's gate and up panels alternate (pack_w13_interleaved)

@@ -6,9 +6,9 @@
 
 namespace nibble::cpu_amx {
 
-SortedRouting sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, int64_t E) {
-  SortedRouting s;
+void sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, int64_t E, SortedRouting& s) {
   s.begin.assign(size_t(E) + 1, 0);
+  s.rows = s.experts_used = 0;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t j = 0; j < top_k; ++j) {
       const int64_t e = ids.get_int(m, j);
@@ -24,22 +24,21 @@ SortedRouting sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, i
     s.begin[size_t(e) + 1] += s.begin[size_t(e)];
   }
   s.rows = s.begin[size_t(E)];
-  std::vector<int64_t> next(s.begin.begin(), s.begin.end() - 1);
+  s.next.assign(s.begin.begin(), s.begin.end() - 1);
   s.slot_row.assign(size_t(M * top_k), -1);
   s.row_token.resize(size_t(s.rows));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t j = 0; j < top_k; ++j) {
       const int64_t e = ids.get_int(m, j);
       if (e < 0) continue;
-      const int64_t r = next[size_t(e)]++;
+      const int64_t r = s.next[size_t(e)]++;
       s.slot_row[size_t(m * top_k + j)] = r;
       s.row_token[size_t(r)] = m;
     }
-  return s;
 }
 
-std::vector<std::vector<GemmTask>> split_pieces(const std::vector<Unit>& units, int64_t count) {
-  std::vector<std::vector<GemmTask>> pieces(size_t(std::max<int64_t>(1, count)));
+void split_pieces(const std::vector<Unit>& units, int64_t count, GemmPieces& pieces) {
+  pieces.reset(std::max<int64_t>(1, count));
   const int64_t last = int64_t(pieces.size()) - 1;
   double total = 0;
   for (const Unit& u : units) total += u.cost * double(u.panels);
@@ -59,13 +58,12 @@ std::vector<std::vector<GemmTask>> split_pieces(const std::vector<Unit>& units, 
         }
         take = std::min(take, fit);
       }
-      pieces[size_t(piece)].push_back(GemmTask{u.expert, u.m0, u.m1, p, p + take});
+      pieces.add(piece, GemmTask{u.expert, u.m0, u.m1, p, p + take});
       done += u.cost * double(take);
       p += take;
       if (piece < last && done >= per * double(piece + 1)) ++piece;
     }
   }
-  return pieces;
 }
 
 }  // namespace nibble::cpu_amx

@@ -19,13 +19,15 @@ struct SortedRouting {
   std::vector<int64_t> begin;      ///< [E + 1]: rows of expert e are [begin[e], begin[e + 1])
   std::vector<int64_t> row_token;  ///< [rows]: the token of each sorted row
   std::vector<int64_t> slot_row;   ///< [M · top_k]: the sorted row of each slot, -1 for none
+  std::vector<int64_t> next;       ///< [E]: the sort's insertion points
   int64_t rows = 0;
   int64_t experts_used = 0;
 };
 
-/// Counting sort of the M × top_k ids (−1: no expert); an id outside [−1, E) is an error that
-/// names the slot.
-SortedRouting sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, int64_t E);
+/// Counting sort of the M × top_k ids (−1: no expert) into `out`, reusing its vectors' capacity;
+/// an id outside [−1, E) is an error that names the slot.
+void sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, int64_t E,
+                    SortedRouting& out);
 
 /// One (expert, row block, panel range) segment of a projection.
 struct GemmTask {
@@ -43,7 +45,33 @@ struct Unit {
   int64_t m0, m1, panels;
   double cost;  // per panel
 };
-std::vector<std::vector<GemmTask>> split_pieces(const std::vector<Unit>& units, int64_t count);
+
+/// A projection's pieces. The first size() lists are this plan's; lists past them are kept (with
+/// their capacity) for a later plan with more pieces.
+class GemmPieces {
+ public:
+  /// The number of pieces.
+  int64_t size() const { return count_; }
+  /// Piece i's segments.
+  const std::vector<GemmTask>& operator[](int64_t i) const { return lists_[size_t(i)]; }
+  const std::vector<GemmTask>* begin() const { return lists_.data(); }
+  const std::vector<GemmTask>* end() const { return lists_.data() + count_; }
+  /// Make `count` empty pieces.
+  void reset(int64_t count) {
+    if (lists_.size() < size_t(count)) lists_.resize(size_t(count));
+    for (int64_t i = 0; i < count; ++i) lists_[size_t(i)].clear();
+    count_ = count;
+  }
+  /// Append a segment to piece i.
+  void add(int64_t i, const GemmTask& t) { lists_[size_t(i)].push_back(t); }
+
+ private:
+  std::vector<std::vector<GemmTask>> lists_;
+  int64_t count_ = 0;
+};
+
+/// Cut `units` into max(1, count) pieces, into `out`.
+void split_pieces(const std::vector<Unit>& units, int64_t count, GemmPieces& out);
 
 /// Run fn(i) for i in [0, count) on the worker pool: thread p first takes its own share of the
 /// pieces (with one piece per thread, each keeps its weight stream), then pieces others have not

@@ -21,9 +21,10 @@ double cost_of(const std::vector<GemmTask>& piece, const std::vector<Unit>& unit
   return c;
 }
 
-void check_plan(const std::vector<Unit>& units, int64_t count, double tolerance) {
-  const auto pieces = split_pieces(units, count);
-  ASSERT_EQ(int64_t(pieces.size()), count);
+void check_plan(const std::vector<Unit>& units, int64_t count, double tolerance,
+                GemmPieces& pieces) {
+  split_pieces(units, count, pieces);
+  ASSERT_EQ(pieces.size(), count);
   std::map<std::tuple<int32_t, int64_t, int64_t>, int> covered;  // (expert, m0, panel)
   double total = 0, largest_unit_panel = 0;
   for (const Unit& u : units) {
@@ -62,7 +63,10 @@ TEST(MoePlan, PiecesCoverEveryPanelOnceAndCostTheSame) {
         units.push_back(Unit{e, m0, m1, panels, 1.0 + double(m1 - m0) / 8});
       }
     }
-    for (int64_t count : {1, 2, 3, 16}) check_plan(units, count, 0.05);
+    // One GemmPieces for every plan, as a forward reuses it: fewer pieces after more must not
+    // keep segments of the earlier plan.
+    GemmPieces pieces;
+    for (int64_t count : {16, 1, 3, 2, 16}) check_plan(units, count, 0.05, pieces);
   }
 }
 
@@ -70,24 +74,30 @@ TEST(MoePlan, OneHotExpertIsSharedByEveryPiece) {
   // Skewed routing: every row to one expert of 1792 panels (Mixtral's w13), 64-row blocks.
   std::vector<Unit> units;
   for (int64_t m0 = 0; m0 < 256; m0 += 64) units.push_back(Unit{7, m0, m0 + 64, 1792, 9.0});
-  const auto pieces = split_pieces(units, 16);
+  GemmPieces pieces;
+  split_pieces(units, 16, pieces);
   for (const auto& piece : pieces) EXPECT_FALSE(piece.empty());
-  check_plan(units, 16, 0.01);
+  check_plan(units, 16, 0.01, pieces);
 }
 
 TEST(MoePlan, SortsByExpertStablyAndRefusesBadIds) {
   // 3 tokens, top-2: ids {2, 0}, {-1, 2}, {0, 1}; 3 experts.
   int32_t ids[] = {2, 0, -1, 2, 0, 1};
   sdk::Matrix m{reinterpret_cast<char*>(ids), DLDataType{kDLInt, 32, 1}, 3, 2, 2};
-  const SortedRouting s = sort_by_expert(m, 3, 2, 3);
+  SortedRouting s;
+  sort_by_expert(m, 3, 2, 3, s);
   EXPECT_EQ(s.rows, 5);
   EXPECT_EQ(s.experts_used, 3);
   EXPECT_EQ(s.begin, (std::vector<int64_t>{0, 2, 3, 5}));
   EXPECT_EQ(s.row_token, (std::vector<int64_t>{0, 2, 2, 0, 1}));  // token order within an expert
   EXPECT_EQ(s.slot_row, (std::vector<int64_t>{3, 0, -1, 4, 1, 2}));
+  // Sorting again into the same SortedRouting gives the same answer.
+  sort_by_expert(m, 3, 2, 3, s);
+  EXPECT_EQ(s.rows, 5);
+  EXPECT_EQ(s.row_token, (std::vector<int64_t>{0, 2, 2, 0, 1}));
   ids[3] = 3;
   try {
-    (void)sort_by_expert(m, 3, 2, 3);
+    sort_by_expert(m, 3, 2, 3, s);
     FAIL() << "an id of 3 with 3 experts was accepted";
   } catch (const sdk::Error& e) {
     EXPECT_NE(std::string(e.what()).find("topk_ids[1, 1] = 3"), std::string::npos) << e.what();

@@ -4,6 +4,8 @@
 #include <nibble/runtime.hpp>
 #include <nibble/safetensors.hpp>
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -125,6 +127,36 @@ TEST_F(MoeRouting, AnIdOutOfRangeIsRefused) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("topk_ids[0, 1] = 8"));
   }
+}
+
+// The experts' descriptor is built from the checkpoint's layer facts without decoding; whatever
+// it promises (scales dtype, bits, symmetry, a largest zero point) every decoded expert keeps.
+TEST_F(MoeRouting, TheExpertsDescriptorAgreesWithEveryDecodedExpert) {
+  const std::vector<MoeInfo> blocks = ckpt.moe_blocks();
+  ASSERT_FALSE(blocks.empty());
+  const MoeInfo& info = blocks[0];
+  const nibble_layer_desc d = rt.describe_experts(info, 2, info.prefix.c_str());
+  EXPECT_EQ(d.op, NIBBLE_OP_MOE);
+  EXPECT_EQ(d.K, info.hidden);
+  EXPECT_EQ(d.N, info.intermediate);
+  EXPECT_EQ(d.top_k, 2);
+  bool sym13 = true, sym2 = true;
+  int max13 = 0, max2 = 0;
+  for (int e = 0; e < info.num_experts; ++e) {
+    const auto [w13, w2] = ckpt.decode_expert(info.prefix, e);
+    EXPECT_TRUE(sdk::same_dtype(w13.scales_dtype, d.weight_dtype)) << "expert " << e;
+    EXPECT_EQ(w13.bits, d.bits) << "expert " << e;
+    EXPECT_EQ(w13.group_size, d.group_size) << "expert " << e;
+    EXPECT_EQ(w2.group_size, d.w2_group_size) << "expert " << e;
+    sym13 = sym13 && w13.symmetric();
+    sym2 = sym2 && w2.symmetric();
+    max13 = std::max(max13, int(*std::max_element(w13.zeros.begin(), w13.zeros.end())));
+    max2 = std::max(max2, int(*std::max_element(w2.zeros.begin(), w2.zeros.end())));
+  }
+  EXPECT_EQ(d.symmetric != 0, sym13);
+  EXPECT_EQ(d.w2_symmetric != 0, sym2);
+  if (d.max_zero != 0) EXPECT_EQ(d.max_zero, max13);
+  if (d.w2_max_zero != 0) EXPECT_EQ(d.w2_max_zero, max2);
 }
 
 TEST_F(MoeRouting, TopKBeyondTheExpertsIsRefused) {

@@ -150,8 +150,15 @@ TEST(Registry, LoadingTwiceGivesTheSameAnswer) {
   auto a = Registry::load(only_test_plugins({"alpha", "beta"}));
   auto b = Registry::load(only_test_plugins({"alpha", "beta"}));
   ASSERT_EQ(a->backends().size(), b->backends().size());
-  for (size_t i = 0; i < a->backends().size(); ++i)
-    EXPECT_EQ(a->backends()[i].plugin, b->backends()[i].plugin);
+  for (size_t i = 0; i < a->backends().size(); ++i) {
+    const nibble::BackendInfo &x = a->backends()[i], &y = b->backends()[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.file, y.file);
+    EXPECT_EQ(x.probe_detail, y.probe_detail);
+    ASSERT_EQ(x.kernels.size(), y.kernels.size());
+    for (size_t k = 0; k < x.kernels.size(); ++k)
+      EXPECT_EQ(x.kernels[k].full_name(), y.kernels[k].full_name());
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -208,7 +209,8 @@ TEST(OptionRange, SdkEnvIntegerIgnoresABadValueWithAWarning) {
   host.abi_major = NIBBLE_ABI_MAJOR;
   host.abi_minor = NIBBLE_ABI_MINOR;
   host.log = &capture_log;
-  nibble::sdk::Host::set(&host, "test");
+  std::optional<nibble::sdk::Host::Scope> scope;
+  scope.emplace(&host, "test");
   g_log.clear();
   setenv("NIBBLE_TEST_SMALL_M", "12", 1);
   EXPECT_EQ(env_integer("NIBBLE_TEST_SMALL_M", 0, 4096), 12);
@@ -226,7 +228,12 @@ TEST(OptionRange, SdkEnvIntegerIgnoresABadValueWithAWarning) {
   g_log.clear();
   EXPECT_EQ(env_integer("NIBBLE_TEST_SMALL_M", 0, 4096), std::nullopt);
   EXPECT_TRUE(g_log.empty()) << "an unset variable is not a mistake";
-  nibble::sdk::Host::set(nullptr, "");
+  scope.reset();
+  setenv("NIBBLE_TEST_SMALL_M", "-3", 1);
+  g_log.clear();
+  EXPECT_EQ(env_integer("NIBBLE_TEST_SMALL_M", 0, 4096), std::nullopt);
+  EXPECT_TRUE(g_log.empty()) << "outside a host's scope, warnings have no host to go to";
+  unsetenv("NIBBLE_TEST_SMALL_M");
 }
 
 }  // namespace

@@ -44,14 +44,14 @@ TEST(PluginHpp, ForwardArgumentsAreValidated) {
   DLTensor y{yb, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, nullptr, 0};
   nibble_forward_args a{sizeof(nibble_forward_args), &x, &y, nullptr, nullptr};
   try {
-    nibble::sdk::detail::validate(d, &a);
+    nibble::sdk::check_forward_args(d, &a);
     FAIL() << "a wrong y shape was accepted";
   } catch (const nibble::sdk::Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("y: expected 4 columns, got 5"));
   }
   ys[1] = 4;
   x.dtype = {kDLInt, 32, 1};
-  EXPECT_THROW(nibble::sdk::detail::validate(d, &a), nibble::sdk::Error);
+  EXPECT_THROW(nibble::sdk::check_forward_args(d, &a), nibble::sdk::Error);
 }
 
 }  // namespace

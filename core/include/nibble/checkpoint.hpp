@@ -61,8 +61,15 @@ struct MoeInfo {
   std::string scheme;        ///< experts' scheme ("gptq_v1", ..., or "dense")
   int w13_bits = 0, w13_group_size = 0;
   int w2_bits = 0, w2_group_size = 0;
-  bool act_order = false;  ///< some expert weight has a non-identity g_idx
-  int top_k = 0;           ///< config.json num_experts_per_tok; 0 when absent
+  bool act_order = false;      ///< some expert weight has a non-identity g_idx
+  std::string dtype;           ///< expert 0's scales dtype, e.g. "F16" (its gate and up share it)
+  bool w13_symmetric = false;  ///< every expert's gate and up zero points are 2^(bits-1)
+  bool w2_symmetric = false;   ///< every expert's down zero points are 2^(bits-1)
+  /// The largest effective zero point of any expert's w13 (gate, up) and of any w2, when the
+  /// stored zeros tell it without decoding (all symmetric: 2^(bits-1); a 4-bit GPTQ v1 zero
+  /// stored as 15: 16), else 0 for unknown.
+  int w13_max_zero = 0, w2_max_zero = 0;
+  int top_k = 0;  ///< config.json num_experts_per_tok; 0 when absent
   /// config.json norm_topk_prob; absent: true for Mixtral style (it renormalises), else false.
   bool norm_topk_prob = false;
   std::string scoring = "softmax";  ///< router scoring function

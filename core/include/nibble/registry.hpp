@@ -14,6 +14,10 @@
 
 namespace nibble {
 
+namespace detail {
+class HostTable;
+}
+
 /// What happened to one plugin file.
 struct LoadReport {
   /// How far loading got: a file fails at the first stage that goes wrong.
@@ -51,6 +55,9 @@ struct BackendInfo {
   uint32_t probe_reasons = 0;
   std::string probe_detail;
   std::vector<KernelInfo> kernels;
+  /// The descriptor of this registry's load of the plugin (lives for the process). A plugin of
+  /// ABI 1.2 or later is loaded once per registry; an older one once per process, its one
+  /// descriptor shared by every registry.
   const nibble_plugin* plugin = nullptr;
 };
 
@@ -101,6 +108,8 @@ class NIBBLE_API Registry {
   std::vector<LoadReport> reports_;
   std::vector<BackendInfo> backends_;
   std::vector<std::string> dirs_;
+  // The host table this registry's plugins were entered with (their log and thread budget).
+  std::shared_ptr<const detail::HostTable> host_;
   std::string failure_summary() const;
 };
 
@@ -115,8 +124,8 @@ struct PluginExports {
 /// trust nothing the file claims (the file is never loaded).
 NIBBLE_API PluginExports plugin_exports(const std::string& path);
 
-/// Call every loaded plugin's shutdown once (also run at process exit). Layers must be released
-/// first; afterwards no plugin may be used.
+/// End every plugin load once (shutdown2, or shutdown for a plugin before ABI 1.2; also run at
+/// process exit). Layers must be released first; afterwards no loaded plugin may be used.
 NIBBLE_API void shutdown_plugins();
 
 }  // namespace nibble

@@ -123,6 +123,9 @@ class NIBBLE_API Runtime {
   nibble_layer_desc describe(const CanonicalWeight& w, const char* name) const;
   /// The ABI's numeric mode (nibble_numeric_mode) quantized layers get under this runtime's mode.
   int32_t numeric_mode() const;
+  /// The layer descriptor the experts of MoE block `info` get under this runtime's mode with
+  /// `top_k` slots, from the checkpoint's layer facts alone (no expert is decoded).
+  nibble_layer_desc describe_experts(const MoeInfo& info, int top_k, const char* name) const;
 
  private:
   RuntimeOptions options_;

@@ -6,6 +6,7 @@
 #include <nibble/sdk/host/layer_desc.hpp>
 #include <nibble/sdk/host/matrix.hpp>
 #include <nibble/sdk/host/prepared.hpp>
+#include <nibble/safetensors.hpp>
 #include <nibble/sdk/numeric.hpp>
 #include <nibble/untrusted_text.hpp>
 
@@ -51,6 +52,37 @@ struct ExpertFeed {
 };
 
 }  // namespace
+
+nibble_layer_desc Runtime::describe_experts(const MoeInfo& info, int top_k,
+                                            const char* name) const {
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_MOE;
+  d.name = name;
+  d.K = info.hidden;
+  d.N = info.intermediate;
+  d.bits = info.w13_bits;
+  d.group_size = info.w13_group_size;
+  d.has_g_idx = info.act_order ? 1 : 0;
+  d.symmetric = info.w13_symmetric ? 1 : 0;
+  d.has_bias = 0;
+  const std::optional<DType> scales = parse_dtype(info.dtype);
+  if (!scales)
+    throw Error("MoE block " + detail::name_text(info.prefix) + ": scales dtype " +
+                detail::name_text(info.dtype) + " is not one of F16, BF16, F32");
+  d.weight_dtype = to_dlpack(*scales);
+  d.numeric_mode = numeric_mode();
+  d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
+  d.num_experts = info.num_experts;
+  d.top_k = top_k;
+  d.activation = NIBBLE_ACT_SILU;
+  d.w2_group_size = info.w2_group_size;
+  d.w2_has_g_idx = info.act_order ? 1 : 0;
+  d.w2_symmetric = info.w2_symmetric ? 1 : 0;
+  d.max_zero = info.w13_max_zero;
+  d.w2_max_zero = info.w2_max_zero;
+  return d;
+}
 
 MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
                       const MoeOptions& opt) const {
@@ -102,17 +134,7 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
                 std::to_string(layer.router_->desc().K) + "], expected [" +
                 std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
 
-  // Only expert 0 is decoded up front (the others when the plugin asks): the builder takes the
-  // layout from it and, having not seen every expert, claims neither symmetry nor zero points.
-  auto first = ckpt.decode_expert(prefix, 0);
-  const sdk::host::MoeShape shape{info.hidden, info.intermediate, info.num_experts, layer.top_k_};
-  nibble_layer_desc d = sdk::host::moe_desc(shape, {first.first.view()}, {first.second.view()},
-                                            prefix.c_str(), numeric_mode());
-  // The checkpoint knows act-order for all experts; expert 0 alone may have an identity g_idx.
-  d.group_size = info.w13_group_size;
-  d.w2_group_size = info.w2_group_size;
-  d.has_g_idx = d.w2_has_g_idx = info.act_order ? 1 : 0;
-  first = {};
+  const nibble_layer_desc d = describe_experts(info, layer.top_k_, prefix.c_str());
   Selection sel = registry_->select(d, options_.backend);
   if (!sel.passed_over.empty()) {
     std::string msg =

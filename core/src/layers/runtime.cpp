@@ -35,12 +35,12 @@ void warn_fallback(const Selection& sel, const std::string& layer, const std::st
 Runtime::Runtime(RuntimeOptions options)
     : options_(std::move(options)), registry_(Registry::load(options_)) {}
 
-nibble_layer_desc Runtime::describe(const CanonicalWeight& w, const char* name) const {
-  return sdk::host::linear_desc(w.view(), name, numeric_mode());
-}
-
 int32_t Runtime::numeric_mode() const {
   return options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
+}
+
+nibble_layer_desc Runtime::describe(const CanonicalWeight& w, const char* name) const {
+  return sdk::host::linear_desc(w.view(), name, numeric_mode());
 }
 
 // Build a prepared dense layer (router or unconverted linear) from the checkpoint.

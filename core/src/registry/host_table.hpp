@@ -1,17 +1,28 @@
-// The one nibble_host table the core hands to every plugin: logging and the thread budget.
+// The nibble_host table one registry hands to its plugins, and the state its `ctx` points to:
+// logging, and that registry's thread budget. Each Registry has its own, so two Runtimes in one
+// process each give their plugins their own budget.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
 
 namespace nibble::detail {
 
-/// The process-wide host table (valid for the life of the process).
-const nibble_host* host_table();
+/// One registry's host table. Not copyable: the table's ctx points at this object.
+class HostTable {
+ public:
+  /// A table whose thread_budget answers `threads` (0 or less: every hardware thread).
+  explicit HostTable(int threads);
+  HostTable(const HostTable&) = delete;
+  HostTable& operator=(const HostTable&) = delete;
 
-/// Set the thread budget plugins see (>= 1); 0 means all hardware threads.
-void set_thread_budget(int threads);
+  /// The table to pass to a plugin's entry point; valid while this object lives.
+  const nibble_host* table() const { return &table_; }
+  /// The thread budget plugins see through this table (>= 1).
+  int thread_budget() const { return threads_; }
 
-/// The thread budget now in force (>= 1).
-int thread_budget();
+ private:
+  int threads_;
+  nibble_host table_{};
+};
 
 }  // namespace nibble::detail

@@ -1,13 +1,16 @@
-// Test plugin built against ABI minor 0 (the 1.0 layout, without 1.1's appended fields) through
-// the C++ SDK: the host must fill the missing fields with defaults.
-#define NIBBLE_ABI_MINOR 0
+// Test plugin built through the C++ SDK against an older ABI minor (NIBBLE_ABI_MINOR, set by the
+// build: 0 for "older", 1 for "older11"), without the later minors' appended fields: the host
+// must fill the missing fields with defaults and enter it once per process.
 #include "scalar_linear.hpp"
 
+#define OLDER_STRING(x) #x
+#define OLDER_NAME_STRING(x) OLDER_STRING(x)
+
 struct Older : nibble::sdk::Backend {
-  static constexpr const char* name = "older";
+  static constexpr const char* name = OLDER_NAME_STRING(OLDER_NAME);
   static constexpr const char* version = "1.0.0";
   static constexpr const char* vendor = "nibble tests";
-  static constexpr const char* description = "built for ABI 1.0";
+  static constexpr const char* description = "built for an older ABI minor";
   std::vector<std::unique_ptr<nibble::sdk::Kernel>> make_kernels() override {
     std::vector<std::unique_ptr<nibble::sdk::Kernel>> k;
     k.push_back(std::make_unique<test_plugins::ScalarLinear>("scalar", 1, 1, 0.f));

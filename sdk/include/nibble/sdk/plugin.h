@@ -22,6 +22,17 @@
  *
  * Compiling against an older minor: define NIBBLE_ABI_MINOR (0 .. current) before including this
  * header and the structs take that minor's layout, as a plugin built with that SDK would see them.
+ *
+ * Minors: 1.1 appended nibble_host.thread_budget, nibble_layer_desc.max_zero/w2_max_zero and
+ * nibble_kernel.prepared_bytes. 1.2 appends nibble_plugin.plugin_context/probe2/shutdown2 (loads,
+ * below). A struct's "Appended in 1.2" section is where further 1.2 fields go, after those already
+ * there; the assertions at the end of this header pin where each minor's fields start.
+ *
+ * Loads (1.2): a host may load one plugin several times in a process, once per host context (a
+ * nibble Runtime has one), calling the entry point once per context with that context's own
+ * nibble_host table. Each call returns its own kernel table and a plugin_context; the host passes
+ * that context to probe2 and ends the load with shutdown2(plugin_context), after which it calls
+ * nothing of that load. A host before 1.2 calls the entry point once and uses probe/shutdown.
  */
 #ifndef NIBBLE_SDK_PLUGIN_H
 #define NIBBLE_SDK_PLUGIN_H
@@ -37,7 +48,7 @@ extern "C" {
 
 #define NIBBLE_ABI_MAJOR 1
 /* The newest minor this header describes. */
-#define NIBBLE_ABI_MINOR_CURRENT 1
+#define NIBBLE_ABI_MINOR_CURRENT 2
 #ifndef NIBBLE_ABI_MINOR
 #define NIBBLE_ABI_MINOR NIBBLE_ABI_MINOR_CURRENT
 #endif
@@ -98,17 +109,18 @@ typedef struct nibble_error {
 
 enum { NIBBLE_LOG_DEBUG = 0, NIBBLE_LOG_INFO = 1, NIBBLE_LOG_WARNING = 2, NIBBLE_LOG_ERROR = 3 };
 
-/* What the host offers a plugin. Valid for the whole life of the process. */
+/* What the host offers one load of a plugin. Valid until that load ends (shutdown2); for a plugin
+ * before 1.2, which has one load, for the life of the process. */
 typedef struct nibble_host {
   uint32_t struct_size;
   uint16_t abi_major;
   uint16_t abi_minor;
   const char* host_version; /* semver of libnibble */
-  void* ctx;                /* passed back to every service below */
+  void* ctx;                /* the host context's state (one per Runtime); passed to each service */
   /* Log a line on behalf of plugin `plugin` (its name). Thread-safe. */
   void (*log)(void* ctx, int32_t level, const char* plugin, const char* message);
 #if NIBBLE_ABI_MINOR >= 1
-  /* Appended in 1.1: how many threads the plugin may keep busy (>= 1). */
+  /* Appended in 1.1: how many threads the plugin may keep busy (>= 1) for this host context. */
   int32_t (*thread_budget)(void* ctx);
 #endif
 } nibble_host;
@@ -318,16 +330,57 @@ typedef struct nibble_plugin {
   const nibble_kernel* const* kernels;
   /* Join every thread the plugin started; the host calls no other function afterwards. Required. */
   void (*shutdown)(void);
+#if NIBBLE_ABI_MINOR >= 2
+  /* Appended in 1.2: this load's state (see "Loads" at the top), and the calls that take it.
+   * probe2 and shutdown2 are optional as a pair; a plugin that fills them gets one entry call per
+   * host context, and a host that has them calls them instead of probe and shutdown. */
+  void* plugin_context;
+  /* probe, for the load `plugin_context`. */
+  nibble_status (*probe2)(void* plugin_context, nibble_probe_result* result);
+  /* End the load `plugin_context`: join the threads it started and free it. */
+  void (*shutdown2)(void* plugin_context);
+#endif
 } nibble_plugin;
 
 /*
  * The entry point. The host zero-fills *out and sets out->struct_size to its capacity and
  * out->abi_major/minor to its own version; the plugin fills at most struct_size bytes, stores back
  * the number it filled and its own abi_major/minor, and returns NIBBLE_OK (or an error with
- * `error` filled). `host` stays valid for the life of the process.
+ * `error` filled). `host` stays valid until the load it starts ends.
  */
 typedef nibble_status (*nibble_plugin_entry_fn)(const nibble_host* host, nibble_plugin* out,
                                                 nibble_error* error);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Append-only: each minor's first field sits where the previous minor's struct ended.            */
+
+#ifdef __cplusplus
+#define NIBBLE_ABI_ASSERT(condition, message) static_assert(condition, message)
+#else
+#define NIBBLE_ABI_ASSERT(condition, message) _Static_assert(condition, message)
+#endif
+#if NIBBLE_ABI_MINOR >= 1
+NIBBLE_ABI_ASSERT(offsetof(nibble_host, thread_budget) ==
+                      offsetof(nibble_host, log) + sizeof(void (*)(void)),
+                  "1.1's nibble_host.thread_budget follows 1.0's last field");
+NIBBLE_ABI_ASSERT(offsetof(nibble_layer_desc, max_zero) ==
+                      offsetof(nibble_layer_desc, w2_symmetric) + sizeof(int32_t),
+                  "1.1's nibble_layer_desc.max_zero follows 1.0's last field");
+NIBBLE_ABI_ASSERT(offsetof(nibble_kernel, prepared_bytes) ==
+                      offsetof(nibble_kernel, release) + sizeof(void (*)(void)),
+                  "1.1's nibble_kernel.prepared_bytes follows 1.0's last field");
+#endif
+#if NIBBLE_ABI_MINOR >= 2
+NIBBLE_ABI_ASSERT(offsetof(nibble_plugin, plugin_context) ==
+                      offsetof(nibble_plugin, shutdown) + sizeof(void (*)(void)),
+                  "1.2's nibble_plugin.plugin_context follows 1.1's last field");
+NIBBLE_ABI_ASSERT(offsetof(nibble_plugin, probe2) ==
+                      offsetof(nibble_plugin, plugin_context) + sizeof(void*),
+                  "nibble_plugin.probe2 follows plugin_context");
+NIBBLE_ABI_ASSERT(offsetof(nibble_plugin, shutdown2) ==
+                      offsetof(nibble_plugin, probe2) + sizeof(void (*)(void)),
+                  "nibble_plugin.shutdown2 follows probe2");
+#endif
 
 #ifdef __cplusplus
 }
