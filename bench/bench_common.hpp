@@ -89,7 +89,7 @@ struct LimitSamples {
   /// A case's AMX fields in its JSON: the mode's peak and loaded peak, and the ratios of the
   /// case's `tflops` to them.
   void put_amx(nlohmann::json& c, int mode, double tflops) const {
-    const bool bf = mode == NIBBLE_MODE_WEIGHT_ONLY;
+    const bool bf = mode == NIBBLE_MODE_W4A16;
     const Stats p = stats(peak), l = stats(loaded_peak);
     c[bf ? "amx_bf16_tflops" : "amx_int8_tops"] = to_json(p);
     c[bf ? "amx_bf16_loaded_tflops" : "amx_int8_loaded_tops"] = to_json(l);
@@ -108,7 +108,7 @@ void interleaved_rounds(const Options& o, int threads, const ReadBandwidth& band
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  const bool bf16 = mode == NIBBLE_MODE_WEIGHT_ONLY;
+  const bool bf16 = mode == NIBBLE_MODE_W4A16;
   for (int r = 0; r < 200 && (r < o.rounds || elapsed() < o.min_seconds); ++r) {
     round();
     if (r % 2 == 0) {
@@ -127,7 +127,7 @@ struct RunLimits {
   std::vector<double> bandwidth, bf16, int8, bf16_loaded, int8_loaded;
   /// Add one case's samples (its peaks are of the case's mode).
   void add(const LimitSamples& s, int mode) {
-    const bool bf = mode == NIBBLE_MODE_WEIGHT_ONLY;
+    const bool bf = mode == NIBBLE_MODE_W4A16;
     bandwidth.insert(bandwidth.end(), s.bandwidth.begin(), s.bandwidth.end());
     auto& p = bf ? bf16 : int8;
     p.insert(p.end(), s.peak.begin(), s.peak.end());

@@ -57,7 +57,7 @@ std::string default_plugin_dir() {
 void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* other,
             const std::vector<CanonicalWeight>& weights, size_t cold, bool amx, nlohmann::json& out,
             RunLimits& run_limits) {
-  const int mode_ids[2] = {NIBBLE_MODE_WEIGHT_ONLY, NIBBLE_MODE_DYNAMIC_INT8};
+  const int mode_ids[2] = {NIBBLE_MODE_W4A16, NIBBLE_MODE_W4A8};
   ReadBandwidth bandwidth(std::max<size_t>(cold, size_t(512) << 20), threads);
   bandwidth.sample();  // first touch done; warm the page tables
   std::printf("\nthreads %d (limits and oneDNN at %d threads too)\n", threads, threads);

@@ -56,7 +56,7 @@ int run_dispatch(const Options& o) {
       const ProbeLayer& l = kLayers[li];
       const CanonicalWeight& w = weights[li];
       for (const std::string& mode_name : o.modes) {
-        const int mode = mode_name == "w4a16" ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
+        const int mode = mode_name == "w4a16" ? NIBBLE_MODE_W4A16 : NIBBLE_MODE_W4A8;
         std::string why;
         const nibble_kernel* k = plugin.linear_kernel(w, mode, &why);
         if (!k) {

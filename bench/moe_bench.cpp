@@ -191,7 +191,7 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
                                               int(dense_copies * s.num_experts), threads);
     }
     for (const std::string& mode_name : o.modes) {
-      const int mode = mode_name == "w4a16" ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
+      const int mode = mode_name == "w4a16" ? NIBBLE_MODE_W4A16 : NIBBLE_MODE_W4A8;
       std::string why;
       const nibble_kernel* k = plugin.moe_kernel(s, w13, w2, mode, &why);
       const nibble_kernel* k13 = plugin.linear_kernel(w13, mode, &why);

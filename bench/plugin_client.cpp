@@ -60,7 +60,7 @@ void forward_bf16(const sdk::host::Prepared& p, const nibble_forward_args& a, in
                   int threads, sdk::host::Workspace& workspace) {
   try {
     p.forward(a, M, threads, workspace);
-  } catch (const sdk::host::Error& e) {
+  } catch (const sdk::host::CallError& e) {
     throw std::runtime_error(std::string(p.kernel()->name) + " " + e.what());
   }
 }
@@ -69,7 +69,7 @@ sdk::host::Prepared prepare_or_throw(const nibble_kernel* k, const nibble_layer_
                                      const nibble_weight_input& in) {
   try {
     return sdk::host::prepare(k, d, in);
-  } catch (const sdk::host::Error& e) {
+  } catch (const sdk::host::CallError& e) {
     throw std::runtime_error(std::string(k->name) + " " + e.what());
   }
 }
@@ -83,7 +83,7 @@ std::string Plugin::probe_detail() const {
   try {
     const nibble_probe_result r = plugin_.probe();
     return std::string(r.available ? "available: " : "unavailable: ") + r.detail;
-  } catch (const sdk::host::Error&) {
+  } catch (const sdk::host::CallError&) {
     return "probe failed";
   }
 }

@@ -38,7 +38,7 @@ nlohmann::json to_json(const nibble::Registry& reg) {
           {{"name", nibble::escape_untrusted(k.name)},
            {"op", op_label(k.op)},
            {"priority", k.priority},
-           {"mode", nibble::numeric_mode_name(k.mode)},
+           {"mode", nibble::mode_name(k.mode)},
            {"error_bound", {{"f32", k.bound_f32}, {"f16", k.bound_f16}, {"bf16", k.bound_bf16}}}});
     j["backends"].push_back({{"name", nibble::escape_untrusted(b.name)},
                              {"version", nibble::escape_untrusted(b.version)},
@@ -82,8 +82,8 @@ void print_text(const nibble::Registry& reg) {
       fmt::print(
           "    kernel {:<16} {:<7} priority {:<4} mode {:<20} bound f32 {:.0e} f16 {:.0e} bf16 "
           "{:.0e}\n",
-          nibble::escape_untrusted(k.name), op_label(k.op), k.priority,
-          nibble::numeric_mode_name(k.mode), k.bound_f32, k.bound_f16, k.bound_bf16);
+          nibble::escape_untrusted(k.name), op_label(k.op), k.priority, nibble::mode_name(k.mode),
+          k.bound_f32, k.bound_f16, k.bound_bf16);
   }
 }
 

@@ -108,7 +108,7 @@ int nibble_cmd_run(int argc, char** argv) {
     throw nibble::Error(x_name + " is " + xv.shape_string() + "; expected 2-D [M, K]");
   if (xv.dtype != nibble::DType::F32 && xv.dtype != nibble::DType::BF16 &&
       xv.dtype != nibble::DType::F16)
-    throw nibble::Error(x_name + " is " + std::string(nibble::dtype_name(xv.dtype)) +
+    throw nibble::Error(x_name + " is " + std::string(nibble::safetensors_dtype_name(xv.dtype)) +
                         "; expected F32, BF16 or F16");
   const int64_t M = xv.shape[0], K = xv.shape[1];
 
@@ -180,7 +180,7 @@ int nibble_cmd_run(int argc, char** argv) {
   nibble::write_safetensors(r.output, {out});
   if (r.explain)
     for (const auto& p : placements) print_placement(p);
-  fmt::print("wrote y [{}, {}] {} to {}\n", M, out_cols, nibble::dtype_name(xv.dtype),
+  fmt::print("wrote y [{}, {}] {} to {}\n", M, out_cols, nibble::safetensors_dtype_name(xv.dtype),
              nibble::escape_untrusted(r.output, 400));
   return 0;
 }

@@ -115,7 +115,7 @@ void check_kernels(const SuiteContext& ctx, CheckResult& r) {
       fail(r, who + ": struct_size " + std::to_string(k->struct_size) + " < the 1.0 size " +
                   std::to_string(kernel_size_v10()));
     if (!op_name(k->op)) fail(r, who + ": unknown op " + std::to_string(k->op));
-    if (k->numeric_mode < NIBBLE_MODE_FLOAT || k->numeric_mode > NIBBLE_MODE_DYNAMIC_INT8)
+    if (k->numeric_mode < NIBBLE_MODE_FLOAT || k->numeric_mode > NIBBLE_MODE_W4A8)
       fail(r, who + ": unknown numeric mode " + std::to_string(k->numeric_mode));
     for (double b : {k->error_bound_f32, k->error_bound_f16, k->error_bound_bf16})
       if (!(std::isfinite(b) && b > 0 && b < 1)) {

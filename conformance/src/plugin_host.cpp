@@ -16,7 +16,7 @@ std::vector<std::string>& escaped_exceptions() {
   return list;
 }
 
-void note_escape(const host::Error& e) {
+void note_escape(const host::CallError& e) {
   if (e.escaped()) escaped_exceptions().push_back(e.call() + ": " + e.message());
 }
 
@@ -41,7 +41,7 @@ nibble_status call_entry(const PluginUnderTest& p, nibble_plugin* out, uint32_t 
         std::string said;
         const nibble_status s =
             host::call_entry(p.entry, host::standalone_host(g_thread_budget), out, capacity, &said);
-        if (s != NIBBLE_OK) throw host::Error(s, NIBBLE_PLUGIN_ENTRY_SYMBOL, said);
+        if (s != NIBBLE_OK) throw host::CallError(s, NIBBLE_PLUGIN_ENTRY_SYMBOL, said);
       },
       message);
 }
@@ -51,7 +51,7 @@ PluginUnderTest load_plugin(const std::string& path, int thread_budget) {
   g_thread_budget = thread_budget;
   try {
     p.entry = host::open_entry(path);
-  } catch (const host::Error& e) {
+  } catch (const host::CallError& e) {
     p.error = e.call() + " failed: " + e.message();
     return p;
   }
@@ -81,7 +81,7 @@ std::string why_not(const nibble_kernel* k, const nibble_layer_desc& d, bool* ac
   *accepted = false;
   try {
     *accepted = host::can_implement(k, d, &reason);
-  } catch (const host::Error& e) {
+  } catch (const host::CallError& e) {
     note_escape(e);
     return "(a C++ exception escaped can_implement)";
   }

@@ -26,7 +26,7 @@ size_t plugin_size_v10();
 std::vector<std::string>& escaped_exceptions();
 
 /// Record `e` in escaped_exceptions() when it is a C++ exception that crossed the C ABI.
-void note_escape(const sdk::host::Error& e);
+void note_escape(const sdk::host::CallError& e);
 
 /// Run f(), one raw call into a plugin; when a C++ exception escapes it, record it in
 /// escaped_exceptions() and return false.
@@ -35,20 +35,20 @@ bool guarded(const char* what, F&& f) {
   try {
     sdk::host::guard(what, f);
     return true;
-  } catch (const sdk::host::Error& e) {
+  } catch (const sdk::host::CallError& e) {
     note_escape(e);
   }
   return false;
 }
 
-/// Run f() (host-layer calls that throw sdk::host::Error): its status, with the plugin's message
-/// in *message; an escaped exception is recorded as well.
+/// Run f() (host-layer calls that throw sdk::host::CallError): its status, with the plugin's
+/// message in *message; an escaped exception is recorded as well.
 template <class F>
 nibble_status status_of(F&& f, std::string* message) {
   try {
     f();
     return NIBBLE_OK;
-  } catch (const sdk::host::Error& e) {
+  } catch (const sdk::host::CallError& e) {
     note_escape(e);
     if (message) *message = e.message();
     return e.status();

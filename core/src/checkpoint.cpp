@@ -164,7 +164,7 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
   info.group_size = mq.group_size;
   info.has_bias = t.bias != nullptr;
   info.bytes = layer.shape.bytes;
-  info.dtype = std::string(dtype_name(t.scales->dtype));
+  info.dtype = std::string(safetensors_dtype_name(t.scales->dtype));
   info.note = mq.reason;
   if (t.g_idx) {
     for (int64_t k = 0; k < info.K; ++k) {
@@ -251,7 +251,7 @@ void Checkpoint::discover() {
       if (!is_float(b.dtype) || b.shape != std::vector<int64_t>{d.tensor.N}) {
         throw Error(fmt::format(
             "tensor {} in {} is {} {}, expected a float tensor [{}] matching {}", q(b.name), b.file,
-            dtype_name(b.dtype), b.shape_string(), d.tensor.N, q(n)));
+            safetensors_dtype_name(b.dtype), b.shape_string(), d.tensor.N, q(n)));
       }
     }
     d.info.prefix = p;
@@ -261,7 +261,7 @@ void Checkpoint::discover() {
     d.info.N = d.tensor.N;
     d.info.has_bias = d.tensor.bias != nullptr;
     d.info.bytes = w->nbytes + (d.tensor.bias ? d.tensor.bias->nbytes : 0);
-    d.info.dtype = std::string(dtype_name(w->dtype));
+    d.info.dtype = std::string(safetensors_dtype_name(w->dtype));
     dense_.emplace(p, std::move(d));
   }
   if (quant_) {

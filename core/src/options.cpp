@@ -50,10 +50,8 @@ std::vector<std::string> parse_backend_list(const std::string& text, const std::
 }
 
 NumericMode parse_mode(const std::string& text, const std::string& source) {
-  if (text == "w4a16" || text == "a16" || text == "w8a16" || text == "weight_only")
-    return NumericMode::W4A16;
-  if (text == "w4a8" || text == "a8" || text == "w8a8" || text == "dynamic_int8")
-    return NumericMode::W4A8;
+  if (text == "w4a16") return NumericMode::W4A16;
+  if (text == "w4a8") return NumericMode::W4A8;
   throw Error(source + ": numeric mode " + quoted_untrusted(text) + " is not one of w4a16, w4a8");
 }
 

@@ -57,7 +57,7 @@ uint64_t read_le64(const std::byte* p) {
 
 }  // namespace
 
-std::string_view dtype_name(DType dtype) { return info(dtype).name; }
+std::string_view safetensors_dtype_name(DType dtype) { return info(dtype).name; }
 size_t dtype_size(DType dtype) { return info(dtype).size; }
 DLDataType to_dlpack(DType dtype) { return info(dtype).dl; }
 
@@ -113,7 +113,7 @@ double TensorView::as_double(size_t i) const {
     }
     default:
       throw Error(fmt::format("tensor {} in {}: dtype {} is not a float type",
-                              detail::name_text(name), file, dtype_name(dtype)));
+                              detail::name_text(name), file, safetensors_dtype_name(dtype)));
   }
 }
 

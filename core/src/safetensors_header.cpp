@@ -260,8 +260,8 @@ class HeaderReader {
       throw fail_entry(
           fmt::format("data_offsets [{}, {}] span {} bytes but dtype {} x shape {} "
                       "needs {}",
-                      entry_.begin, entry_.end, entry_.end - entry_.begin, dtype_name(entry_.dtype),
-                      shape, nbytes));
+                      entry_.begin, entry_.end, entry_.end - entry_.begin,
+                      safetensors_dtype_name(entry_.dtype), shape, nbytes));
     }
     entry_.nbytes = nbytes;
     out_.tensors.push_back(std::move(entry_));

@@ -168,10 +168,10 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
     if (numel * dtype_size(t.dtype) != t.data.size()) {
       throw Error(
           fmt::format("writing {}: tensor {} has {} bytes but dtype {} x shape [{}] needs {}",
-                      path.string(), t.name, t.data.size(), dtype_name(t.dtype),
+                      path.string(), t.name, t.data.size(), safetensors_dtype_name(t.dtype),
                       fmt::join(t.shape, ", "), numel * dtype_size(t.dtype)));
     }
-    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+    header[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();

@@ -15,7 +15,7 @@ constexpr int64_t kRowPad = 32;
 
 inline int64_t padded_rows(int64_t M) { return (M + kRowPad - 1) / kRowPad * kRowPad; }
 
-/// Workspace bytes for the weight-only activations of M rows.
+/// Workspace bytes for the w4a16 (bf16) activations of M rows.
 size_t a16_workspace_bytes(const PackedLinear& w, int64_t M);
 /// Fill the workspace from x (rows [0, M)); rows [m0, m1) only, so callers may split the work.
 A16Activations a16_view(const PackedLinear& w, int64_t M, void* workspace);

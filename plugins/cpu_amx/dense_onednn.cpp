@@ -169,8 +169,7 @@ class DenseKernel final : public sdk::Kernel {
 
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_DENSE) return "only dense layers (op DENSE)";
-    if (d.numeric_mode == NIBBLE_MODE_DYNAMIC_INT8)
-      return "dynamic int8 is not offered for dense layers";
+    if (d.numeric_mode == NIBBLE_MODE_W4A8) return "w4a8 is not offered for dense layers";
     if (!sdk::is_float_dtype(d.weight_dtype))
       return "weight dtype " + sdk::dtype_name(d.weight_dtype) + " (expected f32, f16 or bf16)";
     if (d.K <= 0 || d.N <= 0) return "empty layer";

@@ -16,7 +16,7 @@
 
 namespace nibble::cpu_amx {
 
-/// Weight-only activations: bf16 in the weight's slot order (sorted by group, zero padded), and
+/// w4a16 activations: bf16 in the weight's slot order (sorted by group, zero padded), and
 /// per (row, a16 chunk) the fp32 sum of those bf16 values (the zero-point term needs it).
 struct A16Activations {
   const uint16_t* x = nullptr;  ///< [rows_padded][stride] bf16 bits; rows ≥ M are zero
@@ -25,7 +25,7 @@ struct A16Activations {
   int64_t chunks = 0;
 };
 
-/// Dynamic-int8 activations (step 1 of docs/formats.md#w4a8-numerics): int8 per slot, each 8 slots
+/// w4a8 activations (step 1 of docs/formats.md#w4a8-numerics): int8 per slot, each 8 slots
 /// stored in the order 0,4,1,5,2,6,3,7 (matching how a 64-byte weight chunk splits into VNNI-4
 /// low/high nibbles), the per-row scale sa, and per (row, a8 chunk) the sum of the int8 values.
 struct A8Activations {

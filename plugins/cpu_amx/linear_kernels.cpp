@@ -153,12 +153,11 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
 
 }  // namespace
 
-std::string quantized_mode_limits(const nibble_layer_desc& d, bool weight_only) {
-  const int want = weight_only ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
+std::string quantized_mode_limits(const nibble_layer_desc& d, bool a16) {
+  const int want = a16 ? NIBBLE_MODE_W4A16 : NIBBLE_MODE_W4A8;
   if (d.numeric_mode != want)
     return std::string("numeric mode ") + std::to_string(d.numeric_mode) +
-           " requested; this kernel is " +
-           (weight_only ? "weight-only (W4A16)" : "dynamic int8 (W4A8)");
+           " requested; this kernel is " + (a16 ? "w4a16" : "w4a8");
   const uint32_t ok = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
   if (d.act_dtypes & ~ok) return "activation dtypes other than f32, f16, bf16";
   if (!sdk::is_float_dtype(d.weight_dtype))
@@ -170,9 +169,8 @@ std::string quantized_mode_limits(const nibble_layer_desc& d, bool weight_only) 
 // it the tile kernels. Measured on a 2-core Xeon with AMX (docs/cpu_amx.md): VDPBF16PS streaming
 // wins only at M = 1 (its instruction rate, not memory, limits it from M = 2); VPDPBUSD streaming
 // wins up to M = 4. NIBBLE_CPU_AMX_SMALL_M (read at prepare) overrides it for benchmarks and tests.
-int64_t streaming_row_limit(bool weight_only) {
-  return sdk::env_integer("NIBBLE_CPU_AMX_SMALL_M", 0, int64_t(1) << 40)
-      .value_or(weight_only ? 1 : 4);
+int64_t streaming_row_limit(bool a16) {
+  return sdk::env_integer("NIBBLE_CPU_AMX_SMALL_M", 0, int64_t(1) << 40).value_or(a16 ? 1 : 4);
 }
 
 // NIBBLE_CPU_AMX_DEQUANT_M (read at prepare) overrides the crossover for benchmarks and tests.
@@ -246,7 +244,7 @@ class LinearKernel final : public sdk::Kernel {
       // Activations rounded to bf16 (f32/f16 inputs) and output rounding dominate; fp32 sums.
       i.name = "linear_a16";
       i.priority = 100;
-      i.mode = NIBBLE_MODE_WEIGHT_ONLY;
+      i.mode = NIBBLE_MODE_W4A16;
       i.bound_f32 = 1e-2;
       i.bound_f16 = 1e-2;
       i.bound_bf16 = 1e-2;
@@ -254,7 +252,7 @@ class LinearKernel final : public sdk::Kernel {
       // Per-token int8 activations: ~0.5/127 of the row's largest value per element.
       i.name = "linear_a8";
       i.priority = 90;
-      i.mode = NIBBLE_MODE_DYNAMIC_INT8;
+      i.mode = NIBBLE_MODE_W4A8;
       i.bound_f32 = 3e-2;
       i.bound_f16 = 3e-2;
       i.bound_bf16 = 3e-2;

@@ -1,6 +1,7 @@
-// The quantized linear kernels cpu_amx offers: linear_a16 (W4A16/W8A16, weight-only, the default)
-// and linear_a8 (W4A8/W8A8 with per-token dynamic int8 activations, numerics of
-// docs/formats.md#w4a8-numerics).
+// The quantized linear kernels cpu_amx offers: linear_a16 (numeric mode w4a16, 4- or 8-bit weights,
+// the default) and linear_a8 (w4a8: activations quantized to int8 per token, numerics of
+// docs/formats.md#w4a8-numerics). A kernel's suffix is its mode's short name: a16 for w4a16, a8
+// for w4a8.
 #pragma once
 
 #include <nibble/sdk/plugin.hpp>
@@ -17,13 +18,13 @@ std::unique_ptr<sdk::Kernel> make_dense_onednn_kernel();
 /// Dense layers up to 64 MiB in fp32 (routers) through oneDNN's fp32 matmul.
 std::unique_ptr<sdk::Kernel> make_dense_onednn_f32_kernel();
 
-/// Why a quantized kernel of this numeric mode (weight-only when `weight_only`, else dynamic
-/// int8) cannot take the layer's mode, activation dtypes or scale dtype ("" when it can); the
-/// linear and MoE kernels share these rules.
-std::string quantized_mode_limits(const nibble_layer_desc& d, bool weight_only);
+/// Why a quantized kernel of this numeric mode (w4a16 when `a16`, else w4a8) cannot take the
+/// layer's mode, activation dtypes or scale dtype ("" when it can); the linear and MoE kernels
+/// share these rules.
+std::string quantized_mode_limits(const nibble_layer_desc& d, bool a16);
 
 /// Rows up to which the streaming AVX-512 kernels run even where AMX exists (above: tiles).
-int64_t streaming_row_limit(bool weight_only);
+int64_t streaming_row_limit(bool a16);
 
 /// Rows from which W4A16's tile kernel dequantizes B to bf16 once per K block and runs a plain
 /// bf16 GEMM instead of the exact per-group epilogue (faster once enough rows share each B tile).

@@ -170,9 +170,9 @@ class MoePrepared final : public sdk::Prepared {
   void forward(const sdk::ForwardArgs& args, const sdk::Exec& exec) const override {
     if (args.M == 0) return;
     if (args.topk_ids.cols != top_k_)
-      throw sdk::Error(NIBBLE_INVALID_ARGUMENT,
-                       "forward: topk_ids has " + std::to_string(args.topk_ids.cols) +
-                           " columns, the layer's top_k is " + std::to_string(top_k_));
+      throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
+                             "forward: topk_ids has " + std::to_string(args.topk_ids.cols) +
+                                 " columns, the layer's top_k is " + std::to_string(top_k_));
     thread_local MoeScratch scratch;
     Call c = start_call(args, exec, scratch);
     gather_w13_inputs(c);
@@ -245,7 +245,7 @@ class MoePrepared final : public sdk::Prepared {
   Call start_call(const sdk::ForwardArgs& args, const sdk::Exec& exec, MoeScratch& plan) const {
     Call c{args, plan, layout(args.M)};
     if (exec.workspace_size < c.lay.total)
-      throw sdk::Error(NIBBLE_INVALID_ARGUMENT, "forward: workspace too small");
+      throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT, "forward: workspace too small");
     sort_by_expert(args.topk_ids, args.M, top_k_, int64_t(experts_.size()), plan.routing);
     c.threads = std::max(1, exec.num_threads);
     c.row_threads = plan.routing.rows <= kInlineRows ? 1 : c.threads;
@@ -279,7 +279,7 @@ class MoePrepared final : public sdk::Prepared {
       at += align64(mode_ == Mode::a16 ? a16_workspace_bytes(w, n) : a8_workspace_bytes(w, n));
     }
     if (at > c.lay.activation_bytes)
-      throw sdk::Error(NIBBLE_INTERNAL, "forward: activation workspace bound exceeded");
+      throw sdk::PluginError(NIBBLE_INTERNAL, "forward: activation workspace bound exceeded");
   }
 
   // Cut projection p's GEMM into pieces of about equal cost (c.plan.pieces).
@@ -488,7 +488,7 @@ class MoeKernel final : public sdk::Kernel {
       // x and h are rounded to bf16 once each (two chained linear_a16 projections); fp32 sums.
       i.name = "moe_a16";
       i.priority = 100;
-      i.mode = NIBBLE_MODE_WEIGHT_ONLY;
+      i.mode = NIBBLE_MODE_W4A16;
       i.bound_f32 = 1e-2;
       i.bound_f16 = 1e-2;
       i.bound_bf16 = 1e-2;
@@ -499,7 +499,7 @@ class MoeKernel final : public sdk::Kernel {
       // too close to linear_a8's 3e-2 for a chained pair, hence 6e-2.
       i.name = "moe_a8";
       i.priority = 90;
-      i.mode = NIBBLE_MODE_DYNAMIC_INT8;
+      i.mode = NIBBLE_MODE_W4A8;
       i.bound_f32 = 6e-2;
       i.bound_f16 = 6e-2;
       i.bound_bf16 = 6e-2;

@@ -1,5 +1,5 @@
-// The fused Mixture-of-Experts kernels cpu_amx offers: moe_a16 (W4A16/W8A16 experts, the default)
-// and moe_a8 (W4A8/W8A8, per-token dynamic int8 activations). Each expert's w13 and w2 use the
+// The fused Mixture-of-Experts kernels cpu_amx offers: moe_a16 (numeric mode w4a16, the default)
+// and moe_a8 (w4a8: activations quantized to int8 per token). Each expert's w13 and w2 use the
 // linear kernels' packed layout and micro-kernels (docs/cpu_amx.md, "MoE").
 #pragma once
 

@@ -13,10 +13,10 @@ void sort_by_expert(const sdk::Matrix& ids, int64_t M, int64_t top_k, int64_t E,
     for (int64_t j = 0; j < top_k; ++j) {
       const int64_t e = ids.get_int(m, j);
       if (e < -1 || e >= E)
-        throw sdk::Error(NIBBLE_INVALID_ARGUMENT,
-                         "topk_ids[" + std::to_string(m) + ", " + std::to_string(j) +
-                             "] = " + std::to_string(e) + " is outside [0, " + std::to_string(E) +
-                             ") (or -1 for no expert)");
+        throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
+                               "topk_ids[" + std::to_string(m) + ", " + std::to_string(j) +
+                                   "] = " + std::to_string(e) + " is outside [0, " +
+                                   std::to_string(E) + ") (or -1 for no expert)");
       if (e >= 0) ++s.begin[size_t(e) + 1];
     }
   for (int64_t e = 0; e < E; ++e) {

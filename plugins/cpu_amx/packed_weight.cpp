@@ -177,10 +177,10 @@ std::unique_ptr<PackedLinear> pack_linear(const sdk::QuantWeight& w, int threads
   for (int64_t g = 0; g < w.num_groups(); ++g)
     for (int64_t n = 0; n < w.N(); ++n)
       if (int z = w.zero(g, n); z > max_zero)
-        throw sdk::Error(NIBBLE_INVALID_ARGUMENT, "zero point " + std::to_string(z) + " at group " +
-                                                      std::to_string(g) + ", column " +
-                                                      std::to_string(n) + " is outside 0.." +
-                                                      std::to_string(max_zero));
+        throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
+                               "zero point " + std::to_string(z) + " at group " +
+                                   std::to_string(g) + ", column " + std::to_string(n) +
+                                   " is outside 0.." + std::to_string(max_zero));
   lay_out_inputs(w, *p);
   p->q = AlignedArray<uint8_t>(size_t(p->panels * p->ktiles * p->planes) * kTileBytes, false);
   const size_t scale_count = size_t(p->panels * p->groups) * kPanel;

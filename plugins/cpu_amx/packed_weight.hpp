@@ -94,9 +94,9 @@ struct PackedLinear {
   };
   std::vector<Run> runs;
   std::vector<int32_t> slot_source;
-  /// Weight-only chunks: one per group (the epilogue runs once per group).
+  /// w4a16 chunks: one per group (the epilogue runs once per group).
   std::vector<Chunk> a16_chunks;
-  /// Dynamic-int8 chunks: blocks of min(group size, 128) inputs within a group
+  /// w4a8 chunks: blocks of min(group size, 128) inputs within a group
   /// (docs/formats.md#w4a8-numerics).
   std::vector<Chunk> a8_chunks;
 

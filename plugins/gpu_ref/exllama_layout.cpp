@@ -16,18 +16,20 @@ int choose_zero_offset(const sdk::QuantWeight& w) {
     for (int64_t n = 0; n < w.N(); ++n) {
       const int z = w.zero(g, n);
       if (z > top)
-        throw sdk::Error(NIBBLE_INVALID_ARGUMENT, "zero point " + std::to_string(z) + " at group " +
-                                                      std::to_string(g) + ", output " +
-                                                      std::to_string(n) + " exceeds 2^bits");
+        throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT, "zero point " + std::to_string(z) +
+                                                            " at group " + std::to_string(g) +
+                                                            ", output " + std::to_string(n) +
+                                                            " exceeds 2^bits");
       has_zero = has_zero || z == 0;
       has_top = has_top || z == top;
     }
   if (has_zero && has_top)
-    throw sdk::Error(NIBBLE_UNSUPPORTED,
-                     "the ExLlama layout packs zero points in " + std::to_string(w.bits()) +
-                         " bits with one offset per layer (1 for GPTQ v1, 0 for v2); this weight "
-                         "has zero points of both 0 and " +
-                         std::to_string(top) + ", which no offset can store");
+    throw sdk::PluginError(
+        NIBBLE_UNSUPPORTED,
+        "the ExLlama layout packs zero points in " + std::to_string(w.bits()) +
+            " bits with one offset per layer (1 for GPTQ v1, 0 for v2); this weight "
+            "has zero points of both 0 and " +
+            std::to_string(top) + ", which no offset can store");
   return has_top ? 1 : 0;
 }
 
@@ -76,10 +78,10 @@ ExllamaWeight ExllamaWeight::pack(const sdk::QuantWeight& w) {
       for (int64_t n = 0; n < N; ++n) {
         const uint32_t q = w.q(n, src);
         if (int(q) > max_q)
-          throw sdk::Error(NIBBLE_INVALID_ARGUMENT,
-                           "q[" + std::to_string(n) + "][" + std::to_string(src) +
-                               "] = " + std::to_string(q) + " does not fit " +
-                               std::to_string(e.bits_) + " bits");
+          throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
+                                 "q[" + std::to_string(n) + "][" + std::to_string(src) +
+                                     "] = " + std::to_string(q) + " does not fit " +
+                                     std::to_string(e.bits_) + " bits");
         e.qweight_[size_t(r * N + n)] |= q << (e.bits_ * p);
       }
     }

@@ -16,7 +16,7 @@ namespace {
 class MarlinLinear : public sdk::Kernel {
  public:
   sdk::KernelInfo info() const override {
-    return kernel_info("linear_marlin", NIBBLE_OP_LINEAR, kMarlinPriority, NIBBLE_MODE_WEIGHT_ONLY);
+    return kernel_info("linear_marlin", NIBBLE_OP_LINEAR, kMarlinPriority, NIBBLE_MODE_W4A16);
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_LINEAR) return "linear_marlin computes quantized linear layers only";
@@ -34,8 +34,7 @@ class MarlinLinear : public sdk::Kernel {
 class ExllamaLinear : public sdk::Kernel {
  public:
   sdk::KernelInfo info() const override {
-    return kernel_info("linear_exllama", NIBBLE_OP_LINEAR, kExllamaPriority,
-                       NIBBLE_MODE_WEIGHT_ONLY);
+    return kernel_info("linear_exllama", NIBBLE_OP_LINEAR, kExllamaPriority, NIBBLE_MODE_W4A16);
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_LINEAR) return "linear_exllama computes quantized linear layers only";
@@ -50,10 +49,10 @@ class ExllamaLinear : public sdk::Kernel {
 }  // namespace
 
 std::string why_not_quantized(const nibble_layer_desc& d) {
-  if (d.numeric_mode != NIBBLE_MODE_WEIGHT_ONLY)
-    return "gpu_ref models the CUDA weight-only kernels (ExLlama, Marlin: activations stay "
+  if (d.numeric_mode != NIBBLE_MODE_W4A16)
+    return "gpu_ref models the CUDA w4a16 kernels (ExLlama, Marlin: activations stay "
            "f32/f16/bf16); numeric mode " +
-           std::to_string(d.numeric_mode) + " (e.g. dynamic int8 activations) is not implemented";
+           std::to_string(d.numeric_mode) + " (e.g. w4a8's int8 activations) is not implemented";
   if (d.bits != 4 && d.bits != 8)
     return std::to_string(d.bits) + "-bit weights: gpu_ref packs 4- or 8-bit values";
   return portable::why_not_quantized_shape(d);

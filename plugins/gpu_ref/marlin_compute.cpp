@@ -25,7 +25,7 @@ int MarlinWeight::zero_of(int64_t g, int64_t n) const {
 void MarlinWeight::decode(int64_t c, int64_t n0, int64_t n1, float* tile) const {
   const sdk::portable::KRange r = chunks_[size_t(c)];
   if (n0 % kMarlinRunOutputs != 0 || n1 - n0 != kMarlinRunOutputs)
-    throw sdk::Error(NIBBLE_INTERNAL, "marlin decode: output block must be one 64-wide run");
+    throw sdk::PluginError(NIBBLE_INTERNAL, "marlin decode: output block must be one 64-wide run");
   const int64_t row_values = N_ * kMarlinTile, run = n0 / kMarlinRunOutputs;
   const uint32_t mask = (1u << bits_) - 1u;
   for (int64_t kt = r.begin / kMarlinTile; kt < r.end / kMarlinTile; ++kt) {

@@ -44,8 +44,8 @@ std::array<int, 32> marlin_scale_perm_single() {
 std::vector<int> marlin_interleave(int bits) {
   if (bits == 4) return {0, 2, 4, 6, 1, 3, 5, 7};
   if (bits == 8) return {0, 2, 1, 3};
-  throw sdk::Error(NIBBLE_UNSUPPORTED,
-                   "Marlin packs 4- or 8-bit values, not " + std::to_string(bits) + "-bit");
+  throw sdk::PluginError(NIBBLE_UNSUPPORTED,
+                         "Marlin packs 4- or 8-bit values, not " + std::to_string(bits) + "-bit");
 }
 
 std::vector<uint32_t> marlin_repack(const std::vector<uint8_t>& q_kn, int64_t K, int64_t N,
@@ -109,7 +109,7 @@ MarlinWeight MarlinWeight::pack(const sdk::QuantWeight& w) {
     }
   const std::string why =
       marlin_why_not(K, N, w.group_size(), act_order, symmetric, w.bits(), max_zero, "weight");
-  if (!why.empty()) throw sdk::Error(NIBBLE_UNSUPPORTED, why);
+  if (!why.empty()) throw sdk::PluginError(NIBBLE_UNSUPPORTED, why);
   const bool single = w.group_size() == -1 || w.group_size() >= K;
   sdk::require(!single || G == 1, "weight: one group expected, got " + std::to_string(G));
 
@@ -126,7 +126,7 @@ MarlinWeight MarlinWeight::pack(const sdk::QuantWeight& w) {
     for (int64_t k = 0; k < K; ++k) {
       const uint8_t q = w.q(n, order[size_t(k)]);
       if (q > max_q)
-        throw sdk::Error(
+        throw sdk::PluginError(
             NIBBLE_INVALID_ARGUMENT,
             "q value " + std::to_string(q) + " does not fit " + std::to_string(w.bits()) + " bits");
       q_kn[size_t(k * N + n)] = q;
@@ -168,12 +168,13 @@ MarlinWeight MarlinWeight::pack(const sdk::QuantWeight& w) {
       for (int64_t n = 0; n < N; ++n) {
         const int z = w.zero(g, n);
         if (z > max_q)
-          throw sdk::Error(NIBBLE_UNSUPPORTED,
-                           "weight: zero point " + std::to_string(z) + " at group " +
-                               std::to_string(g) + ", output " + std::to_string(n) +
-                               " (a GPTQ v1 stored 0xF) does not fit Marlin's uint" +
-                               std::to_string(m.bits_) + " zero points (0.." +
-                               std::to_string(max_q) + "); gpu_ref's exllama kernel stores it");
+          throw sdk::PluginError(NIBBLE_UNSUPPORTED,
+                                 "weight: zero point " + std::to_string(z) + " at group " +
+                                     std::to_string(g) + ", output " + std::to_string(n) +
+                                     " (a GPTQ v1 stored 0xF) does not fit Marlin's uint" +
+                                     std::to_string(m.bits_) + " zero points (0.." +
+                                     std::to_string(max_q) +
+                                     "); gpu_ref's exllama kernel stores it");
         m.zp_[size_t(g * words + m.zp_word_[size_t(n)])] |= uint32_t(z) << m.zp_shift_[size_t(n)];
       }
   }

@@ -17,7 +17,7 @@ namespace {
 class MarlinMoe : public sdk::Kernel {
  public:
   sdk::KernelInfo info() const override {
-    return kernel_info("moe_marlin", NIBBLE_OP_MOE, kMarlinPriority, NIBBLE_MODE_WEIGHT_ONLY);
+    return kernel_info("moe_marlin", NIBBLE_OP_MOE, kMarlinPriority, NIBBLE_MODE_W4A16);
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_MOE) return "moe_marlin computes MoE layers only";
@@ -38,7 +38,7 @@ class MarlinMoe : public sdk::Kernel {
 class ExllamaMoe : public sdk::Kernel {
  public:
   sdk::KernelInfo info() const override {
-    return kernel_info("moe_exllama", NIBBLE_OP_MOE, kExllamaPriority, NIBBLE_MODE_WEIGHT_ONLY);
+    return kernel_info("moe_exllama", NIBBLE_OP_MOE, kExllamaPriority, NIBBLE_MODE_W4A16);
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_MOE) return "moe_exllama computes MoE layers only";

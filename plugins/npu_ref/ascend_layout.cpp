@@ -43,10 +43,10 @@ AscendWeight AscendWeight::pack(const sdk::QuantWeight& w) {
     for (int64_t k = 0; k < K; ++k) {
       const int q = w.q(n, order[size_t(k)]);
       if (q > max_q)
-        throw sdk::Error(NIBBLE_INVALID_ARGUMENT,
-                         "q[" + std::to_string(n) + "][" + std::to_string(order[size_t(k)]) +
-                             "] = " + std::to_string(q) + " does not fit " +
-                             std::to_string(w.bits()) + " bits");
+        throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
+                               "q[" + std::to_string(n) + "][" + std::to_string(order[size_t(k)]) +
+                                   "] = " + std::to_string(q) + " does not fit " +
+                                   std::to_string(w.bits()) + " bits");
       uint8_t* row = &a.weight_[size_t(k * a.row_bytes_)];
       if (a.bits_ == 8)
         row[n] = uint8_t(int8_t(q - mid));
@@ -61,9 +61,10 @@ AscendWeight AscendWeight::pack(const sdk::QuantWeight& w) {
       const int z = w.zero(g, n);
       // 4-bit GPTQ v1 can decode a stored 0xF to z_eff = 16: offset -8, so w + offset reaches -16.
       if (z > 2 * mid)
-        throw sdk::Error(NIBBLE_INVALID_ARGUMENT, "zero point " + std::to_string(z) + " at group " +
-                                                      std::to_string(g) + ", output " +
-                                                      std::to_string(n) + " exceeds 2^bits");
+        throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT, "zero point " + std::to_string(z) +
+                                                            " at group " + std::to_string(g) +
+                                                            ", output " + std::to_string(n) +
+                                                            " exceeds 2^bits");
       a.scale_[size_t(g * N + n)] = w.scale(g, n);
       a.offset_[size_t(g * N + n)] = float(mid - z);
     }

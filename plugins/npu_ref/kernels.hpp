@@ -21,7 +21,7 @@ constexpr double kBoundBf16 = 4e-3;
 /// Checks shared by the quantized kernels; "" when the layer is computable.
 std::string why_not_quantized(const nibble_layer_desc& d);
 /// Kernel info with npu_ref's priority and bounds.
-sdk::KernelInfo info_of(const char* name, nibble_op op, nibble_numeric_mode mode);
+sdk::KernelInfo kernel_info(const char* name, nibble_op op, nibble_numeric_mode mode);
 
 std::unique_ptr<sdk::Kernel> make_linear_kernel();
 std::unique_ptr<sdk::Kernel> make_dense_kernel();

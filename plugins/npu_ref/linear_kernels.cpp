@@ -10,16 +10,16 @@ namespace nibble::npu_ref {
 namespace portable = sdk::portable;
 
 std::string why_not_quantized(const nibble_layer_desc& d) {
-  if (d.numeric_mode != NIBBLE_MODE_WEIGHT_ONLY)
-    return "npu_ref models Ascend's weight-only antiquant matmul (activations stay f32/f16/bf16); "
+  if (d.numeric_mode != NIBBLE_MODE_W4A16)
+    return "npu_ref models Ascend's w4a16 antiquant matmul (activations stay f32/f16/bf16); "
            "numeric mode " +
-           std::to_string(d.numeric_mode) + " (e.g. dynamic int8 activations) is not implemented";
+           std::to_string(d.numeric_mode) + " (e.g. w4a8's int8 activations) is not implemented";
   if (d.bits != 4 && d.bits != 8)
     return std::to_string(d.bits) + "-bit weights: the Ascend antiquant path takes int4 or int8";
   return portable::why_not_quantized_shape(d);
 }
 
-sdk::KernelInfo info_of(const char* name, nibble_op op, nibble_numeric_mode mode) {
+sdk::KernelInfo kernel_info(const char* name, nibble_op op, nibble_numeric_mode mode) {
   sdk::KernelInfo k;
   k.name = name;
   k.op = op;
@@ -37,7 +37,7 @@ namespace {
 class LinearKernel : public sdk::Kernel {
  public:
   sdk::KernelInfo info() const override {
-    return info_of("linear_antiquant", NIBBLE_OP_LINEAR, NIBBLE_MODE_WEIGHT_ONLY);
+    return kernel_info("linear_antiquant", NIBBLE_OP_LINEAR, NIBBLE_MODE_W4A16);
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_LINEAR) return "linear_antiquant computes quantized linear layers only";
@@ -54,7 +54,7 @@ class LinearKernel : public sdk::Kernel {
 std::unique_ptr<sdk::Kernel> make_linear_kernel() { return std::make_unique<LinearKernel>(); }
 std::unique_ptr<sdk::Kernel> make_dense_kernel() {
   return std::make_unique<portable::DenseKernel<portable::TbbParallel>>(
-      info_of("dense", NIBBLE_OP_DENSE, NIBBLE_MODE_FLOAT));
+      kernel_info("dense", NIBBLE_OP_DENSE, NIBBLE_MODE_FLOAT));
 }
 
 }  // namespace nibble::npu_ref

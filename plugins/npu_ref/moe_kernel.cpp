@@ -16,7 +16,7 @@ namespace {
 class MoeKernel : public sdk::Kernel {
  public:
   sdk::KernelInfo info() const override {
-    return info_of("moe_antiquant", NIBBLE_OP_MOE, NIBBLE_MODE_WEIGHT_ONLY);
+    return kernel_info("moe_antiquant", NIBBLE_OP_MOE, NIBBLE_MODE_W4A16);
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_MOE) return "moe_antiquant computes MoE layers only";

@@ -34,7 +34,7 @@ TEST(Safetensors, WriteThenReadEveryDtype) {
   for (DType d : all) {
     OwnedTensor t = OwnedTensor::zeros(d, {3, 5});
     for (auto& b : t.data) b = std::byte(rng() & (d == DType::BOOL ? 1 : 0xff));
-    tensors[std::string("t_") + std::string(dtype_name(d))] = std::move(t);
+    tensors[std::string("t_") + std::string(safetensors_dtype_name(d))] = std::move(t);
   }
   tensors["scalar"] = OwnedTensor::zeros(DType::F32, {});
   tensors["empty"] = OwnedTensor::zeros(DType::I32, {0, 4});

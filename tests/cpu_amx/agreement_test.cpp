@@ -46,13 +46,13 @@ TEST(CpuAmxAgreement, MatchesTheReferenceBackends) {
                           {8, 128, false, false, 256, 64, 17, sdk::dtype_bf16()}};
     uint32_t seed = 41;
     for (const Case& c : cases)
-      for (int mode : {int(NIBBLE_MODE_WEIGHT_ONLY), int(NIBBLE_MODE_DYNAMIC_INT8)}) {
+      for (int mode : {int(NIBBLE_MODE_W4A16), int(NIBBLE_MODE_W4A8)}) {
         QuantSpec spec{c.K,   c.N,  c.bits, c.group,          c.sym,
                        c.act, true, false,  sdk::dtype_f16(), ++seed};
         CanonicalWeight w = random_weight(spec);
         nibble_layer_desc d = desc_for(w, mode);
         const nibble_kernel* mine =
-            cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "linear_a16" : "linear_a8");
+            cpu_amx().kernel(mode == NIBBLE_MODE_W4A16 ? "linear_a16" : "linear_a8");
         auto my_layer = prepare_linear(mine, d, w);
         Activations x = random_activations(c.M, c.K, c.act_dtype, ++seed);
         LinearResult mine_y = run_linear(*my_layer, x, c.N);
@@ -96,11 +96,11 @@ TEST(CpuAmxAgreement, MoeMatchesTheReferenceBackends) {
     for (const Case& c : cases) {
       const TestExperts ex =
           random_experts(8, 256, c.I, c.bits, c.gs13, c.gs2, c.sym, c.act, ++seed);
-      for (int mode : {int(NIBBLE_MODE_WEIGHT_ONLY), int(NIBBLE_MODE_DYNAMIC_INT8)}) {
+      for (int mode : {int(NIBBLE_MODE_W4A16), int(NIBBLE_MODE_W4A8)}) {
         nibble_layer_desc d = moe_desc(ex, 2);
         d.numeric_mode = mode;
         const nibble_kernel* mine =
-            cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "moe_a16" : "moe_a8");
+            cpu_amx().kernel(mode == NIBBLE_MODE_W4A16 ? "moe_a16" : "moe_a8");
         ASSERT_NE(mine, nullptr);
         ASSERT_EQ(why_not(mine, d), "");
         auto my_layer = prepare_moe(mine, d, ex);

@@ -151,16 +151,15 @@ struct IsaSetting {
 
 /// Every ISA level crossed with both numeric modes: the parameters of the suites run on each.
 inline auto isa_and_mode_values() {
-  return ::testing::Combine(
-      ::testing::Values("scalar", "avx2", "avx512", "amx", "amx_tiles"),
-      ::testing::Values(int(NIBBLE_MODE_WEIGHT_ONLY), int(NIBBLE_MODE_DYNAMIC_INT8)));
+  return ::testing::Combine(::testing::Values("scalar", "avx2", "avx512", "amx", "amx_tiles"),
+                            ::testing::Values(int(NIBBLE_MODE_W4A16), int(NIBBLE_MODE_W4A8)));
 }
 
 /// The test name of an (ISA level, numeric mode) parameter, e.g. "avx2_w4a16".
 inline std::string isa_and_mode_name(
     const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
   return std::get<0>(info.param) +
-         (std::get<1>(info.param) == NIBBLE_MODE_WEIGHT_ONLY ? "_w4a16" : "_w4a8");
+         (std::get<1>(info.param) == NIBBLE_MODE_W4A16 ? "_w4a16" : "_w4a8");
 }
 
 }  // namespace nibble::test

@@ -61,8 +61,7 @@ TEST_P(CpuAmxLinear, MatchesFloat64OnEverySchemeShapeAndRowCount) {
   const std::string isa = param;
   if (!setting.available()) GTEST_SKIP() << isa << " is not available on this machine";
   ASSERT_EQ(probed_isa(), setting.isa);
-  const nibble_kernel* k =
-      cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "linear_a16" : "linear_a8");
+  const nibble_kernel* k = cpu_amx().kernel(mode == NIBBLE_MODE_W4A16 ? "linear_a16" : "linear_a8");
   ASSERT_NE(k, nullptr);
   uint32_t seed = 7;
   double worst = 0;
@@ -99,8 +98,7 @@ TEST_P(CpuAmxLinear, ThreadCountDoesNotChangeResults) {
   IsaSetting setting(param);
   const std::string isa = param;
   if (!setting.available()) GTEST_SKIP() << isa << " is not available on this machine";
-  const nibble_kernel* k =
-      cpu_amx().kernel(mode == NIBBLE_MODE_WEIGHT_ONLY ? "linear_a16" : "linear_a8");
+  const nibble_kernel* k = cpu_amx().kernel(mode == NIBBLE_MODE_W4A16 ? "linear_a16" : "linear_a8");
   for (int64_t M : {1, 5, 64, 300}) {
     QuantSpec spec{512, 96, 4, 128, false, M == 64, true, true, sdk::dtype_f16(), uint32_t(M)};
     CanonicalWeight w = random_weight(spec);
@@ -125,7 +123,7 @@ TEST(CpuAmxLinearLayout, PreparedBytesStayWithin110PercentOfTheCheckpoint) {
           if (act && group == -1) continue;
           QuantSpec spec{2048, 512, bits, group, sym, act, false, false, sdk::dtype_f16(), 5};
           CanonicalWeight w = random_weight(spec);
-          auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_WEIGHT_ONLY), w);
+          auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
           const double G = double(w.num_groups), K = 2048, N = 512;
           double ckpt = K * N * bits / 8 + G * N * 2 + G * N * bits / 8 + (act ? 4 * K : 0);
           EXPECT_LE(double(layer->bytes()), 1.10 * ckpt)
@@ -138,7 +136,7 @@ TEST(CpuAmxLinearLayout, PreparedBytesStayWithin110PercentOfTheCheckpoint) {
 TEST(CpuAmxLinearLayout, RejectsMismatchedWeights) {
   const nibble_kernel* k = cpu_amx().kernel("linear_a16");
   CanonicalWeight w = random_weight(QuantSpec{});
-  nibble_layer_desc d = desc_for(w, NIBBLE_MODE_WEIGHT_ONLY);
+  nibble_layer_desc d = desc_for(w, NIBBLE_MODE_W4A16);
   d.K = w.K + 32;
   EXPECT_THROW(prepare_linear(k, d, w), std::runtime_error);
 }

@@ -99,7 +99,7 @@ TEST(MoePlan, SortsByExpertStablyAndRefusesBadIds) {
   try {
     sort_by_expert(m, 3, 2, 3, s);
     FAIL() << "an id of 3 with 3 experts was accepted";
-  } catch (const sdk::Error& e) {
+  } catch (const sdk::PluginError& e) {
     EXPECT_NE(std::string(e.what()).find("topk_ids[1, 1] = 3"), std::string::npos) << e.what();
   }
 }

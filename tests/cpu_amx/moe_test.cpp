@@ -86,7 +86,7 @@ const MoeCase kCases[] = {
 
 const DLDataType kActs[] = {sdk::dtype_f32(), sdk::dtype_bf16(), sdk::dtype_f16()};
 
-const char* kernel_name(int mode) { return mode == NIBBLE_MODE_WEIGHT_ONLY ? "moe_a16" : "moe_a8"; }
+const char* kernel_name(int mode) { return mode == NIBBLE_MODE_W4A16 ? "moe_a16" : "moe_a8"; }
 
 nibble_layer_desc desc_for(const TestExperts& ex, int top_k, int mode) {
   nibble_layer_desc d = moe_desc(ex, top_k);
@@ -211,7 +211,7 @@ TEST(CpuAmxMoeLayout, PreparedBytesStayWithin105PercentOfTheCheckpoint) {
           if (act && group == -1) continue;
           const ExpertScheme s{"size", bits, group, group, sym, act, false, sdk::dtype_f16()};
           const TestExperts ex = make_experts(s, 4, 1024, 512, 3);
-          auto layer = prepare_moe(k, desc_for(ex, 2, NIBBLE_MODE_WEIGHT_ONLY), ex);
+          auto layer = prepare_moe(k, desc_for(ex, 2, NIBBLE_MODE_W4A16), ex);
           double ckpt = 0;
           for (size_t e = 0; e < ex.w13.size(); ++e)
             ckpt += checkpoint_bytes_of(ex.w13[e]) + checkpoint_bytes_of(ex.w2[e]);
@@ -227,7 +227,7 @@ TEST(CpuAmxMoeLayout, PreparedBytesStayWithin105PercentOfTheCheckpoint) {
 TEST(CpuAmxMoeScale, TwoHundredFiftySixExpertsTopSixteen) {
   const ExpertScheme& s = schemes()[3];  // AWQ-like, w13 g128 / w2 g64
   const TestExperts ex = make_experts(s, 256, 128, 64, 31);
-  for (int mode : {NIBBLE_MODE_WEIGHT_ONLY, NIBBLE_MODE_DYNAMIC_INT8}) {
+  for (int mode : {NIBBLE_MODE_W4A16, NIBBLE_MODE_W4A8}) {
     const nibble_kernel* k = cpu_amx().kernel(kernel_name(mode));
     SKIP_UNLESS_DECLARED(k, kernel_name(mode));
     const nibble_layer_desc d = desc_for(ex, 16, mode);
@@ -250,15 +250,14 @@ TEST(CpuAmxMoeScale, TwoHundredFiftySixExpertsTopSixteen) {
 
 TEST(CpuAmxMoeLayout, RefusesWhatItCannotComputeAndSaysWhy) {
   const TestExperts ex = make_experts(schemes()[0], 2, 128, 64, 5);
-  for (int mode : {int(NIBBLE_MODE_WEIGHT_ONLY), int(NIBBLE_MODE_DYNAMIC_INT8)}) {
+  for (int mode : {int(NIBBLE_MODE_W4A16), int(NIBBLE_MODE_W4A8)}) {
     const nibble_kernel* k = cpu_amx().kernel(kernel_name(mode));
     SKIP_UNLESS_DECLARED(k, kernel_name(mode));
     EXPECT_EQ(k->op, NIBBLE_OP_MOE);
     nibble_layer_desc d = desc_for(ex, 2, mode);
     EXPECT_EQ(why_not(k, d), "");
     nibble_layer_desc other_mode = d;
-    other_mode.numeric_mode =
-        mode == NIBBLE_MODE_WEIGHT_ONLY ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
+    other_mode.numeric_mode = mode == NIBBLE_MODE_W4A16 ? NIBBLE_MODE_W4A8 : NIBBLE_MODE_W4A16;
     EXPECT_NE(why_not(k, other_mode), "");
     nibble_layer_desc w2_group = d;
     w2_group.w2_group_size = 48;

@@ -72,8 +72,8 @@ TEST(CpuAmxProbe, DeclaresItsKernels) {
   ASSERT_NE(a8, nullptr);
   ASSERT_NE(dense, nullptr);
   EXPECT_EQ(a16->op, NIBBLE_OP_LINEAR);
-  EXPECT_EQ(a16->numeric_mode, NIBBLE_MODE_WEIGHT_ONLY);
-  EXPECT_EQ(a8->numeric_mode, NIBBLE_MODE_DYNAMIC_INT8);
+  EXPECT_EQ(a16->numeric_mode, NIBBLE_MODE_W4A16);
+  EXPECT_EQ(a8->numeric_mode, NIBBLE_MODE_W4A8);
   EXPECT_GT(a16->priority, a8->priority);
   EXPECT_EQ(dense->op, NIBBLE_OP_DENSE);
   for (const nibble_kernel* k : {a16, a8, dense}) {
@@ -86,7 +86,7 @@ TEST(CpuAmxProbe, ExplainsWhatItCannotImplement) {
   const nibble_kernel* a16 = cpu_amx().kernel("linear_a16");
   QuantSpec s;
   CanonicalWeight w = random_weight(s);
-  nibble_layer_desc d = desc_for(w, NIBBLE_MODE_WEIGHT_ONLY);
+  nibble_layer_desc d = desc_for(w, NIBBLE_MODE_W4A16);
   EXPECT_EQ(why_not(a16, d), "");
   nibble_layer_desc bad = d;
   bad.bits = 3;
@@ -95,7 +95,7 @@ TEST(CpuAmxProbe, ExplainsWhatItCannotImplement) {
   bad.group_size = 48;
   EXPECT_NE(why_not(a16, bad).find("group size 48"), std::string::npos);
   bad = d;
-  bad.numeric_mode = NIBBLE_MODE_DYNAMIC_INT8;
+  bad.numeric_mode = NIBBLE_MODE_W4A8;
   EXPECT_NE(why_not(a16, bad).find("numeric mode"), std::string::npos);
   EXPECT_EQ(why_not(cpu_amx().kernel("linear_a8"), bad), "");
 }

@@ -138,8 +138,8 @@ TEST_P(CpuAmxW4A8Exact, ReproducesTheFixturesBitForBit) {
     CanonicalWeight w = decode_fixture(name);
     SafetensorsFile io(fixtures_dir() + "/" + name + "/io.safetensors");
     SafetensorsFile ex(fixtures_dir() + "/" + name + "/w4a8.safetensors");
-    auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_DYNAMIC_INT8), w);
-    auto layer16 = prepare_linear(a16, desc_for(w, NIBBLE_MODE_WEIGHT_ONLY), w);
+    auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A8), w);
+    auto layer16 = prepare_linear(a16, desc_for(w, NIBBLE_MODE_W4A16), w);
     for (int M : kFixtureRows) {
       const std::string m = "m" + std::to_string(M);
       Activations xb = fixture_input(io.get("x_bf16_" + m), sdk::dtype_bf16());
@@ -188,7 +188,7 @@ TEST_P(CpuAmxW4A8Exact, MatchesTheOracleBitForBitOnRandomLayers) {
       QuantSpec spec{c.K,   c.N,        c.bits, c.group,          c.sym,
                      c.act, M % 2 == 1, c.z16,  sdk::dtype_f16(), ++seed};
       CanonicalWeight w = random_weight(spec);
-      auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_DYNAMIC_INT8), w);
+      auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A8), w);
       Activations x = random_activations(M, c.K, sdk::dtype_bf16(), ++seed);
       std::vector<float> C = w4a8_oracle(w, x.values, M);
       LinearResult r = run_linear(*layer, x, c.N, M == 17 ? 1 : 2);

@@ -25,7 +25,7 @@ double bound_for(const std::string& backend, bool moe, const std::string& mode, 
   Runtime rt(in_tree(backend));
   for (const auto& k : rt.registry().find(backend)->kernels) {
     if (k.op != (moe ? NIBBLE_OP_MOE : NIBBLE_OP_LINEAR)) continue;
-    if (k.mode != (mode == "w4a8" ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY)) continue;
+    if (k.mode != (mode == "w4a8" ? NIBBLE_MODE_W4A8 : NIBBLE_MODE_W4A16)) continue;
     return bf16 ? k.bound_bf16 : k.bound_f32;
   }
   return -1;  // no such kernel

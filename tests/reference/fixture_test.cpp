@@ -45,7 +45,7 @@ TEST_F(ReferenceFixtures, LinearLayersReproduceTheStoredOutputs) {
     d.symmetric = w.symmetric() ? 1 : 0;
     d.has_bias = w.bias.empty() ? 0 : 1;
     d.weight_dtype = w.scales_dtype;
-    d.numeric_mode = NIBBLE_MODE_WEIGHT_ONLY;
+    d.numeric_mode = NIBBLE_MODE_W4A16;
     d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_BF16 | NIBBLE_DTYPE_F16;
     int kernels_run = 0;
     for (const nibble_kernel* k : {npu->kernel("linear_antiquant"), gpu->kernel("linear_marlin"),

@@ -43,8 +43,7 @@ TEST(ReferencePlugins, DescribeThemselvesAndAreAvailableEverywhere) {
       EXPECT_EQ(k->error_bound_f32, 1e-5) << kernel;
       EXPECT_EQ(k->error_bound_f16, 5e-4) << kernel;
       EXPECT_EQ(k->error_bound_bf16, 4e-3) << kernel;
-      EXPECT_EQ(k->numeric_mode,
-                k->op == NIBBLE_OP_DENSE ? NIBBLE_MODE_FLOAT : NIBBLE_MODE_WEIGHT_ONLY);
+      EXPECT_EQ(k->numeric_mode, k->op == NIBBLE_OP_DENSE ? NIBBLE_MODE_FLOAT : NIBBLE_MODE_W4A16);
     }
   }
 }
@@ -80,9 +79,9 @@ TEST(ReferencePlugins, DescriptorRefusalsNameTheRule) {
     EXPECT_NE(why_not(k, d).find("3-bit"), std::string::npos) << k->name;
 
   d = shaped_desc(256, 128, 4, 128);
-  d.numeric_mode = NIBBLE_MODE_DYNAMIC_INT8;
+  d.numeric_mode = NIBBLE_MODE_W4A8;
   for (const nibble_kernel* k : {antiquant, marlin, exllama})
-    EXPECT_NE(why_not(k, d).find("dynamic int8"), std::string::npos) << k->name;
+    EXPECT_NE(why_not(k, d).find("w4a8"), std::string::npos) << k->name;
 
   d = shaped_desc(256, 128, 4, 128);
   d.op = NIBBLE_OP_MOE;

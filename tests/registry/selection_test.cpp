@@ -23,7 +23,7 @@ nibble_layer_desc linear_desc(int64_t K, const char* name = "model.layers.0.q_pr
   d.N = 32;
   d.bits = 4;
   d.group_size = 32;
-  d.numeric_mode = NIBBLE_MODE_WEIGHT_ONLY;
+  d.numeric_mode = NIBBLE_MODE_W4A16;
   d.act_dtypes = NIBBLE_DTYPE_F32;
   return d;
 }
@@ -97,9 +97,9 @@ TEST_F(Selection, NothingFitsListsEveryReason) {
 
 TEST_F(Selection, TheModeMustMatch) {
   nibble_layer_desc d = linear_desc(128);
-  d.numeric_mode = NIBBLE_MODE_DYNAMIC_INT8;
+  d.numeric_mode = NIBBLE_MODE_W4A8;
   std::string e = error_of(*reg, d, "beta");
-  EXPECT_THAT(e, HasSubstr("has no quantized linear kernel for mode dynamic-int8"));
+  EXPECT_THAT(e, HasSubstr("has no quantized linear kernel for mode w4a8"));
 }
 
 }  // namespace

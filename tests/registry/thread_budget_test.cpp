@@ -34,7 +34,7 @@ std::vector<std::string> explain_linear(const Registry& reg) {
   d.N = 64;
   d.bits = 4;
   d.group_size = 64;
-  d.numeric_mode = NIBBLE_MODE_WEIGHT_ONLY;
+  d.numeric_mode = NIBBLE_MODE_W4A16;
   d.act_dtypes = NIBBLE_DTYPE_F32;
   return reg.explain(d);
 }

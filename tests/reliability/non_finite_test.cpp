@@ -57,10 +57,6 @@ std::vector<Poison> poisons(int64_t M) {
 
 const DLDataType kDtypes[] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
 
-const char* dtype_label(DLDataType d) {
-  return d.bits == 32 ? "f32" : d.code == kDLBfloat ? "bf16" : "f16";
-}
-
 // Runs `forward` on a clean and on a poisoned copy of the same input and checks each row. The
 // clean rows must be bit-identical (`row_bound` 0) or, where a kernel's rounding depends on which
 // tokens share an expert (MoE: the bad rows route elsewhere), within `row_bound` relative error
@@ -123,7 +119,7 @@ TEST(NonFinite, LinearRowsCarryNaNAndInfOnEveryBackendModeAndDtype) {
       for (DLDataType d : kDtypes)
         for (int64_t M : {4, 40})
           check_rows([&](const DLTensor& x, DLTensor& y) { layer->forward(x, y); }, M, 256, 96, d,
-                     std::string(backend) + " " + mode_name(mode) + " " + dtype_label(d) +
+                     std::string(backend) + " " + mode_name(mode) + " " + sdk::dtype_name(d) +
                          " M=" + std::to_string(M));
     }
   }
@@ -152,8 +148,8 @@ TEST(NonFinite, MoeRowsCarryNaNAndInfOnEveryBackendAndMode) {
         ASSERT_GT(bound, 0);
         for (int64_t M : {4, 40})
           check_rows([&](const DLTensor& x, DLTensor& y) { moe->forward(x, y); }, M, 128, 128, d,
-                     std::string("moe ") + backend + " " + mode_name(mode) + " " + dtype_label(d) +
-                         " M=" + std::to_string(M),
+                     std::string("moe ") + backend + " " + mode_name(mode) + " " +
+                         sdk::dtype_name(d) + " M=" + std::to_string(M),
                      2 * bound);
       }
     }

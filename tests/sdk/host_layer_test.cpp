@@ -69,7 +69,7 @@ TEST(HostLayer, CheckCarriesStatusCallAndMessage) {
   try {
     host::check(NIBBLE_UNSUPPORTED, "prepare", err);
     FAIL() << "check did not throw";
-  } catch (const host::Error& e) {
+  } catch (const host::CallError& e) {
     EXPECT_EQ(e.status(), NIBBLE_UNSUPPORTED);
     EXPECT_EQ(e.call(), "prepare");
     EXPECT_EQ(e.message(), "K must be even");
@@ -86,7 +86,7 @@ TEST(HostLayer, AnExceptionCrossingTheAbiBecomesAnEscapedError) {
   try {
     host::guard("forward", [] { throw std::runtime_error("boom"); });
     FAIL() << "guard let the exception through unchanged";
-  } catch (const host::Error& e) {
+  } catch (const host::CallError& e) {
     EXPECT_TRUE(e.escaped());
     EXPECT_NE(e.message().find("forward threw a C++ exception across the C ABI: boom"),
               std::string::npos);
@@ -120,14 +120,14 @@ TEST(HostLayer, LinearDescriptorReadsTheWeight) {
   spec.bias = true;
   spec.v1_zero16 = true;
   const CanonicalWeight w = random_weight(spec);
-  const nibble_layer_desc d = host::linear_desc(w.view(), "l", NIBBLE_MODE_DYNAMIC_INT8);
+  const nibble_layer_desc d = host::linear_desc(w.view(), "l", NIBBLE_MODE_W4A8);
   EXPECT_EQ(d.struct_size, sizeof d);
   EXPECT_EQ(d.K, 64);
   EXPECT_EQ(d.N, 16);
   EXPECT_EQ(d.has_g_idx, 1);
   EXPECT_EQ(d.has_bias, 1);
   EXPECT_EQ(d.symmetric, 0);
-  EXPECT_EQ(d.numeric_mode, NIBBLE_MODE_DYNAMIC_INT8);
+  EXPECT_EQ(d.numeric_mode, NIBBLE_MODE_W4A8);
   EXPECT_EQ(d.max_zero, *std::max_element(w.zeros.begin(), w.zeros.end()));
 }
 

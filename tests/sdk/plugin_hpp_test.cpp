@@ -9,6 +9,13 @@ using ::testing::HasSubstr;
 
 namespace {
 
+TEST(PluginHpp, NumericModeValuesAndTheirDeprecatedAliasesNeverChange) {
+  static_assert(NIBBLE_MODE_FLOAT == 0 && NIBBLE_MODE_W4A16 == 1 && NIBBLE_MODE_W4A8 == 2);
+  static_assert(NIBBLE_MODE_WEIGHT_ONLY == NIBBLE_MODE_W4A16);
+  static_assert(NIBBLE_MODE_DYNAMIC_INT8 == NIBBLE_MODE_W4A8);
+  SUCCEED();
+}
+
 TEST(PluginHpp, ExceptionsBecomeStatuses) {
   nibble_error e{};
   e.struct_size = sizeof e;
@@ -18,7 +25,7 @@ TEST(PluginHpp, ExceptionsBecomeStatuses) {
   EXPECT_EQ(nibble::sdk::detail::guarded(&e, [] { throw std::bad_alloc(); }), NIBBLE_OUT_OF_MEMORY);
   EXPECT_EQ(nibble::sdk::detail::guarded(&e, [] { throw 42; }), NIBBLE_INTERNAL);
   EXPECT_EQ(nibble::sdk::detail::guarded(
-                &e, [] { throw nibble::sdk::Error(NIBBLE_UNSUPPORTED, "no 3-bit"); }),
+                &e, [] { throw nibble::sdk::PluginError(NIBBLE_UNSUPPORTED, "no 3-bit"); }),
             NIBBLE_UNSUPPORTED);
   EXPECT_STREQ(e.message, "no 3-bit");
 }
@@ -46,12 +53,12 @@ TEST(PluginHpp, ForwardArgumentsAreValidated) {
   try {
     nibble::sdk::check_forward_args(d, &a);
     FAIL() << "a wrong y shape was accepted";
-  } catch (const nibble::sdk::Error& e) {
+  } catch (const nibble::sdk::PluginError& e) {
     EXPECT_THAT(e.what(), HasSubstr("y: expected 4 columns, got 5"));
   }
   ys[1] = 4;
   x.dtype = {kDLInt, 32, 1};
-  EXPECT_THROW(nibble::sdk::check_forward_args(d, &a), nibble::sdk::Error);
+  EXPECT_THROW(nibble::sdk::check_forward_args(d, &a), nibble::sdk::PluginError);
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ class PreparedLayer {
   sdk::host::Prepared p_;
 };
 
-/// Prepare a quantized linear weight; throws sdk::host::Error with the plugin's message.
+/// Prepare a quantized linear weight; throws sdk::host::CallError with the plugin's message.
 inline std::unique_ptr<PreparedLayer> prepare_linear(const nibble_kernel* k,
                                                      const nibble_layer_desc& d,
                                                      const CanonicalWeight& w) {
@@ -85,7 +85,7 @@ inline std::unique_ptr<PreparedLayer> prepare_linear(const nibble_kernel* k,
       sdk::host::prepare(k, d, sdk::host::quantized_input(view)));
 }
 
-/// Prepare MoE experts through a nibble_moe_source over `ex`; throws sdk::host::Error.
+/// Prepare MoE experts through a nibble_moe_source over `ex`; throws sdk::host::CallError.
 inline std::unique_ptr<PreparedLayer> prepare_moe(const nibble_kernel* k,
                                                   const nibble_layer_desc& d,
                                                   const TestExperts& ex) {

@@ -43,10 +43,10 @@ NIBBLE_API void apply_config_file(RuntimeOptions& options, const std::string& pa
 /// NIBBLE_CONFIG (a config file applied before the other variables).
 NIBBLE_API void apply_environment(RuntimeOptions& options);
 
-/// Parse "w4a16" / "w4a8" (also "a16"/"a8"); throws nibble::Error listing the valid names.
+/// Parse "w4a16" / "w4a8"; throws nibble::Error listing the valid names.
 NIBBLE_API NumericMode parse_mode(const std::string& text, const std::string& source);
 
-/// The mode's name ("w4a16", "w4a8").
+/// The mode's name ("w4a16", "w4a8"), as mode_name(int) names its ABI value.
 NIBBLE_API const char* mode_name(NumericMode mode);
 
 /// The backend names of a --backend value ("auto" for an empty one), trimmed; throws

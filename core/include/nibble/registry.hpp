@@ -33,13 +33,14 @@ struct LoadReport {
 /// The name of a stage ("preflight", "entry", ...).
 NIBBLE_API const char* stage_name(LoadReport::Stage stage);
 
-/// One kernel of a backend.
-struct KernelInfo {
+/// One kernel of a loaded backend, as the registry records it (what the plugin declared for it,
+/// its backend and its descriptor).
+struct RegisteredKernel {
   std::string backend;
   std::string name;
   nibble_op op = NIBBLE_OP_LINEAR;
   int priority = 0;
-  nibble_numeric_mode mode = NIBBLE_MODE_WEIGHT_ONLY;
+  nibble_numeric_mode mode = NIBBLE_MODE_W4A16;
   double bound_f32 = 0, bound_f16 = 0, bound_bf16 = 0;
   const nibble_kernel* kernel = nullptr;  ///< the plugin's descriptor (lives for the process)
   /// "backend/kernel".
@@ -54,7 +55,7 @@ struct BackendInfo {
   bool available = false;
   uint32_t probe_reasons = 0;
   std::string probe_detail;
-  std::vector<KernelInfo> kernels;
+  std::vector<RegisteredKernel> kernels;
   /// The descriptor of this registry's load of the plugin (lives for the process). A plugin of
   /// ABI 1.2 or later is loaded once per registry; an older one once per process, its one
   /// descriptor shared by every registry.
@@ -64,17 +65,17 @@ struct BackendInfo {
 /// A kernel chosen for a layer, with the candidates passed over and why.
 struct Selection {
   const BackendInfo* backend = nullptr;
-  const KernelInfo* kernel = nullptr;
+  const RegisteredKernel* kernel = nullptr;
   /// One line per candidate tried before the winner ("npu_ref/linear: reason"), and unavailable
   /// backends; empty when the first candidate won.
   std::vector<std::string> passed_over;
   /// Further candidates that also accept the layer, in order: tried when the winner's prepare
   /// answers UNSUPPORTED (something only the weight's values reveal).
-  std::vector<std::pair<const BackendInfo*, const KernelInfo*>> later;
+  std::vector<std::pair<const BackendInfo*, const RegisteredKernel*>> later;
 };
 
-/// The name of a numeric mode as the ABI knows it ("weight-only", "dynamic-int8", "float").
-NIBBLE_API const char* numeric_mode_name(int mode);
+/// The name of an ABI numeric mode (nibble_numeric_mode): "w4a16", "w4a8" or "float".
+NIBBLE_API const char* mode_name(int mode);
 
 /// An immutable set of loaded backends with the report of every file looked at.
 class NIBBLE_API Registry {

@@ -23,7 +23,7 @@ namespace nibble {
 enum class DType { F16, BF16, F32, F64, I8, U8, I16, I32, I64, BOOL };
 
 /// The safetensors spelling of a dtype ("F16", "I32", ...).
-NIBBLE_API std::string_view dtype_name(DType dtype);
+NIBBLE_API std::string_view safetensors_dtype_name(DType dtype);
 /// Bytes per element.
 NIBBLE_API size_t dtype_size(DType dtype);
 /// Parse a safetensors dtype name; nullopt for an unknown one.

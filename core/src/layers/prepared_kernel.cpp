@@ -46,7 +46,7 @@ PreparedKernel::PreparedKernel(const Registry& reg, const Selection& sel,
   placement_.alternatives = reg.explain(desc_);
   try {
     prepared_ = sdk::host::prepare(kernel_, desc_, weight);
-  } catch (const sdk::host::Error& e) {
+  } catch (const sdk::host::CallError& e) {
     const std::string said = e.message().empty() ? "no message" : e.message();
     if (e.status() == NIBBLE_UNSUPPORTED)
       throw PrepareUnsupported(sel.kernel->full_name() + " refused at prepare: " + said);
@@ -98,7 +98,7 @@ void PreparedKernel::forward(const DLTensor& x, DLTensor& y, const DLTensor* ids
   thread_local sdk::host::Workspace workspace;
   try {
     prepared_.forward(sdk::host::forward_args(x, y, ids, weights), M, threads_, workspace);
-  } catch (const sdk::host::Error& e) {
+  } catch (const sdk::host::CallError& e) {
     throw Error("layer " + name_ + ": " + placement_.backend + "/" + placement_.kernel + " " +
                 e.what());
   }

@@ -36,7 +36,7 @@ Runtime::Runtime(RuntimeOptions options)
     : options_(std::move(options)), registry_(Registry::load(options_)) {}
 
 int32_t Runtime::numeric_mode() const {
-  return options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_DYNAMIC_INT8 : NIBBLE_MODE_WEIGHT_ONLY;
+  return options_.mode == NumericMode::W4A8 ? NIBBLE_MODE_W4A8 : NIBBLE_MODE_W4A16;
 }
 
 nibble_layer_desc Runtime::describe(const CanonicalWeight& w, const char* name) const {

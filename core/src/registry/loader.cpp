@@ -124,8 +124,8 @@ std::string validate_plugin(const nibble_plugin& d, const std::string& stem) {
   return "";
 }
 
-KernelInfo kernel_info(const std::string& backend, const nibble_kernel* k) {
-  KernelInfo info;
+RegisteredKernel registered_kernel(const std::string& backend, const nibble_kernel* k) {
+  RegisteredKernel info;
   info.backend = backend;
   info.name = k->name;
   info.op = nibble_op(k->op);
@@ -150,7 +150,7 @@ BackendInfo describe_backend(const nibble_plugin& d, const std::string& path) {
   b.abi_minor = d.abi_minor;
   b.plugin = &d;
   for (uint32_t i = 0; i < d.kernel_count; ++i)
-    b.kernels.push_back(kernel_info(b.name, d.kernels[i]));
+    b.kernels.push_back(registered_kernel(b.name, d.kernels[i]));
   return b;
 }
 

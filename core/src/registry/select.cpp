@@ -10,14 +10,14 @@
 
 namespace nibble {
 
-const char* numeric_mode_name(int mode) {
+const char* mode_name(int mode) {
   switch (mode) {
     case NIBBLE_MODE_FLOAT:
       return "float";
-    case NIBBLE_MODE_WEIGHT_ONLY:
-      return "weight-only (w4a16)";
-    case NIBBLE_MODE_DYNAMIC_INT8:
-      return "dynamic-int8 (w4a8)";
+    case NIBBLE_MODE_W4A16:
+      return "w4a16";
+    case NIBBLE_MODE_W4A8:
+      return "w4a8";
   }
   return "unknown";
 }
@@ -42,7 +42,7 @@ std::string describe(const nibble_layer_desc& d) {
   if (d.op != NIBBLE_OP_DENSE) {
     s += " bits=" + std::to_string(d.bits) + " group=" + std::to_string(d.group_size) +
          (d.has_g_idx ? " act-order" : "") + (d.symmetric ? " sym" : " asym") + " mode " +
-         numeric_mode_name(d.numeric_mode);
+         mode_name(d.numeric_mode);
   }
   if (d.op == NIBBLE_OP_MOE)
     s += " experts=" + std::to_string(d.num_experts) + " top_k=" + std::to_string(d.top_k) +
@@ -51,20 +51,21 @@ std::string describe(const nibble_layer_desc& d) {
 }
 
 // Kernels of `b` for this op (and mode, for quantized ops), highest priority first.
-std::vector<const KernelInfo*> kernels_for(const BackendInfo& b, const nibble_layer_desc& d) {
-  std::vector<const KernelInfo*> out;
-  for (const KernelInfo& k : b.kernels) {
+std::vector<const RegisteredKernel*> kernels_for(const BackendInfo& b, const nibble_layer_desc& d) {
+  std::vector<const RegisteredKernel*> out;
+  for (const RegisteredKernel& k : b.kernels) {
     if (k.op != d.op) continue;
     if (d.op != NIBBLE_OP_DENSE && k.mode != d.numeric_mode) continue;
     out.push_back(&k);
   }
-  std::stable_sort(out.begin(), out.end(), [](const KernelInfo* a, const KernelInfo* b) {
-    return a->priority > b->priority;
-  });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const RegisteredKernel* a, const RegisteredKernel* b) {
+                     return a->priority > b->priority;
+                   });
   return out;
 }
 
-std::string can_implement(const KernelInfo& k, const nibble_layer_desc& d) {
+std::string can_implement(const RegisteredKernel& k, const nibble_layer_desc& d) {
   nibble_error err{};
   err.struct_size = sizeof err;
   int32_t ok = 0;
@@ -108,10 +109,10 @@ std::vector<std::string> Registry::explain(const nibble_layer_desc& desc) const 
       lines.push_back("backend " + b.name + ": no " + op_name(desc.op) + " kernel" +
                       (desc.op == NIBBLE_OP_DENSE
                            ? std::string()
-                           : std::string(" for mode ") + numeric_mode_name(desc.numeric_mode)));
+                           : std::string(" for mode ") + mode_name(desc.numeric_mode)));
       continue;
     }
-    for (const KernelInfo* k : ks) {
+    for (const RegisteredKernel* k : ks) {
       std::string why = can_implement(*k, desc);
       lines.push_back(
           k->full_name() + ": " +
@@ -130,7 +131,7 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
   std::vector<std::string> tried;
   std::vector<const BackendInfo*> used;
   auto try_kernels =
-      [&](const std::vector<std::pair<const BackendInfo*, const KernelInfo*>>& cands) {
+      [&](const std::vector<std::pair<const BackendInfo*, const RegisteredKernel*>>& cands) {
         for (auto& [b, k] : cands) {
           std::string why = can_implement(*k, desc);
           if (why.empty()) {
@@ -147,11 +148,11 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
         return sel.kernel != nullptr;
       };
   auto auto_candidates = [&]() {
-    std::vector<std::pair<const BackendInfo*, const KernelInfo*>> c;
+    std::vector<std::pair<const BackendInfo*, const RegisteredKernel*>> c;
     for (const BackendInfo& b : backends_) {
       if (std::find(used.begin(), used.end(), &b) != used.end()) continue;
       if (!b.available) continue;
-      for (const KernelInfo* k : kernels_for(b, desc)) c.emplace_back(&b, k);
+      for (const RegisteredKernel* k : kernels_for(b, desc)) c.emplace_back(&b, k);
     }
     std::stable_sort(c.begin(), c.end(), [](const auto& x, const auto& y) {
       if (x.second->priority != y.second->priority) return x.second->priority > y.second->priority;
@@ -189,11 +190,11 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
         tried.push_back("backend " + name + " has no " + op_name(desc.op) + " kernel" +
                         (desc.op == NIBBLE_OP_DENSE
                              ? std::string()
-                             : std::string(" for mode ") + numeric_mode_name(desc.numeric_mode)));
+                             : std::string(" for mode ") + mode_name(desc.numeric_mode)));
       continue;
     }
-    std::vector<std::pair<const BackendInfo*, const KernelInfo*>> c;
-    for (const KernelInfo* k : ks) c.emplace_back(b, k);
+    std::vector<std::pair<const BackendInfo*, const RegisteredKernel*>> c;
+    for (const RegisteredKernel* k : ks) c.emplace_back(b, k);
     try_kernels(c);
   }
   if (sel.kernel) {

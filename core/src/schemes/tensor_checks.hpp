@@ -48,8 +48,8 @@ inline void expect_dtype(const TensorView& t, std::initializer_list<DType> dtype
     if (t.dtype == d) return;
   }
   std::vector<std::string_view> names;
-  for (DType d : dtypes) names.push_back(dtype_name(d));
-  throw Error(fmt::format("{} has dtype {}, expected {}", where(t), dtype_name(t.dtype),
+  for (DType d : dtypes) names.push_back(safetensors_dtype_name(d));
+  throw Error(fmt::format("{} has dtype {}, expected {}", where(t), safetensors_dtype_name(t.dtype),
                           fmt::join(names, " or ")));
 }
 

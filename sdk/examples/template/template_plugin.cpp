@@ -60,7 +60,7 @@ class ScalarLinear : public nibble::sdk::Kernel {
  public:
   nibble::sdk::KernelInfo info() const override {
     // Bounds: double accumulation, so only the output's rounding to the activation dtype counts.
-    return {"scalar_linear", NIBBLE_OP_LINEAR, 1, NIBBLE_MODE_WEIGHT_ONLY, 1e-6, 1e-3, 8e-3};
+    return {"scalar_linear", NIBBLE_OP_LINEAR, 1, NIBBLE_MODE_W4A16, 1e-6, 1e-3, 8e-3};
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.bits != 4 && d.bits != 8) return "bits " + std::to_string(d.bits) + " (4 or 8 only)";
@@ -80,8 +80,8 @@ class MoePrepared : public nibble::sdk::Prepared {
       nibble_error err{};
       err.struct_size = sizeof err;
       if (src.get_expert(src.ctx, e, &w13, &w2, &err) != NIBBLE_OK)
-        throw nibble::sdk::Error(NIBBLE_INVALID_ARGUMENT,
-                                 "expert " + std::to_string(e) + ": " + err.message);
+        throw nibble::sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
+                                       "expert " + std::to_string(e) + ": " + err.message);
       w13_.emplace_back(QuantWeight(w13, "expert " + std::to_string(e) + " w13"));
       w2_.emplace_back(QuantWeight(w2, "expert " + std::to_string(e) + " w2"));
       src.put_expert(src.ctx, e);
@@ -127,7 +127,7 @@ class ScalarMoe : public nibble::sdk::Kernel {
  public:
   nibble::sdk::KernelInfo info() const override {
     // The expert's intermediate activation is held in f32: a little looser than the linear.
-    return {"scalar_moe", NIBBLE_OP_MOE, 1, NIBBLE_MODE_WEIGHT_ONLY, 1e-5, 1e-3, 8e-3};
+    return {"scalar_moe", NIBBLE_OP_MOE, 1, NIBBLE_MODE_W4A16, 1e-5, 1e-3, 8e-3};
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.activation != NIBBLE_ACT_SILU) return "only the SiLU activation";

@@ -49,11 +49,11 @@ class ScalarLinear : public nibble::sdk::Kernel {
  public:
   explicit ScalarLinear(Misbehaviour misbehave) : misbehave_(std::move(misbehave)) {}
   nibble::sdk::KernelInfo info() const override {
-    return {"scalar_linear", NIBBLE_OP_LINEAR, 1, NIBBLE_MODE_WEIGHT_ONLY, 1e-6, 1e-3, 8e-3};
+    return {"scalar_linear", NIBBLE_OP_LINEAR, 1, NIBBLE_MODE_W4A16, 1e-6, 1e-3, 8e-3};
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_LINEAR) return "only quantized linear layers";
-    if (d.numeric_mode != NIBBLE_MODE_WEIGHT_ONLY) return "weight-only numerics only";
+    if (d.numeric_mode != NIBBLE_MODE_W4A16) return "w4a16 numerics only";
     if (d.bits != 4 && d.bits != 8) return "bits " + std::to_string(d.bits) + " (4 or 8 only)";
     if (d.group_size == 0 || d.group_size < -1) return "group size " + std::to_string(d.group_size);
     if (d.K <= 0 || d.N <= 0) return "empty layer";

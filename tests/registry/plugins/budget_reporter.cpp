@@ -23,7 +23,7 @@ class BudgetKernel : public nibble::sdk::Kernel {
   std::string why_not(const nibble_layer_desc&) const override { return budget_text(); }
   std::unique_ptr<nibble::sdk::Prepared> prepare(const nibble_layer_desc&,
                                                  const nibble_weight_input&) const override {
-    throw nibble::sdk::Error(NIBBLE_UNSUPPORTED, budget_text());
+    throw nibble::sdk::PluginError(NIBBLE_UNSUPPORTED, budget_text());
   }
 };
 

@@ -44,7 +44,7 @@ class ScalarLinear : public nibble::sdk::Kernel {
   ScalarLinear(std::string name, int priority, int k_multiple, float tag = 0.f)
       : name_(std::move(name)), priority_(priority), k_multiple_(k_multiple), tag_(tag) {}
   nibble::sdk::KernelInfo info() const override {
-    return {name_, NIBBLE_OP_LINEAR, priority_, NIBBLE_MODE_WEIGHT_ONLY, 1e-6, 1e-3, 1e-2};
+    return {name_, NIBBLE_OP_LINEAR, priority_, NIBBLE_MODE_W4A16, 1e-6, 1e-3, 1e-2};
   }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_LINEAR) return "only quantized linear layers";

@@ -40,7 +40,7 @@ struct QuantSpec {
 /// The test weights are the SDK's owned canonical weight.
 using sdk::host::CanonicalWeight;
 
-/// The descriptor of `w` as a weight-only linear layer taking every activation dtype.
+/// The descriptor of `w` as a w4a16 linear layer taking every activation dtype.
 inline nibble_layer_desc linear_desc(const CanonicalWeight& w, const char* name = "test.linear") {
   return sdk::host::linear_desc(w.view(), name);
 }

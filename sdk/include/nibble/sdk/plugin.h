@@ -134,10 +134,15 @@ typedef enum nibble_op {
   NIBBLE_OP_MOE = 3 /* y[M,K] = Σ_j w[m,j] · down_e(silu(gate_e(x)) · up_e(x)), e = ids[m,j] */
 } nibble_op;
 
+/* The numeric modes, named as everywhere else in nibble (CLI, JSON, docs): w4a16 and w4a8. The
+ * name gives the 4-bit case; 8-bit weights run under the same modes (W8A16, W8A8). */
 typedef enum nibble_numeric_mode {
-  NIBBLE_MODE_FLOAT = 0,       /* dense: weights and activations in floating point */
-  NIBBLE_MODE_WEIGHT_ONLY = 1, /* W4A16/W8A16: activations stay floating point */
-  NIBBLE_MODE_DYNAMIC_INT8 = 2 /* W4A8/W8A8: activations quantized to int8 per token at run time */
+  NIBBLE_MODE_FLOAT = 0, /* dense: weights and activations in floating point */
+  NIBBLE_MODE_W4A16 = 1, /* quantized weights, activations stay floating point (f32/f16/bf16) */
+  NIBBLE_MODE_W4A8 = 2, /* quantized weights, activations quantized to int8 per token at run time */
+  /* Deprecated aliases of the two (the same values), kept so that existing plugins compile. */
+  NIBBLE_MODE_WEIGHT_ONLY = NIBBLE_MODE_W4A16,
+  NIBBLE_MODE_DYNAMIC_INT8 = NIBBLE_MODE_W4A8
 } nibble_numeric_mode;
 
 typedef enum nibble_activation { NIBBLE_ACT_SILU = 1 } nibble_activation;

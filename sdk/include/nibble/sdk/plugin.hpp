@@ -6,7 +6,7 @@
 
 #include <nibble/sdk/plugin.h>
 #include <nibble/sdk/numeric.hpp>
-#include <nibble/sdk/plugin/error.hpp>          // sdk::Error, require, the status mapping
+#include <nibble/sdk/plugin/error.hpp>          // sdk::PluginError, require, the status mapping
 #include <nibble/sdk/plugin/glue.hpp>           // the C tables, loads, NIBBLE_PLUGIN
 #include <nibble/sdk/plugin/host_services.hpp>  // sdk::Host: log, thread budget
 #include <nibble/sdk/plugin/kernel.hpp>         // Backend, Kernel, Prepared

@@ -1,4 +1,4 @@
-// Kernel pieces the portable reference backends have in common: the checks every weight-only
+// Kernel pieces the portable reference backends have in common: the checks every w4a16
 // quantized kernel on f32/f16/bf16 activations makes, the MoE checks on top of them, preparing a
 // linear or MoE layer in any layout with a static pack(), and the dense (unquantized) kernel.
 // Additive helpers over portable_gemm.hpp and portable_moe.hpp; a backend keeps its own first
@@ -86,8 +86,8 @@ class DenseKernel : public Kernel {
   KernelInfo info() const override { return info_; }
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_DENSE) return info_.name + " computes unquantized linear layers only";
-    if (d.numeric_mode == NIBBLE_MODE_DYNAMIC_INT8)
-      return info_.name + " keeps activations in floating point; dynamic int8 is not implemented";
+    if (d.numeric_mode == NIBBLE_MODE_W4A8)
+      return info_.name + " keeps activations in floating point; w4a8 is not implemented";
     if (d.K <= 0 || d.N <= 0) return "empty layer";
     if (!is_float_dtype(d.weight_dtype))
       return "weight dtype " + dtype_name(d.weight_dtype) + " (expected f32, f16 or bf16)";

@@ -61,7 +61,7 @@ std::vector<Expert<Layout>> prepare_experts(const nibble_layer_desc& d,
     err.struct_size = sizeof err;
     nibble_status s = src.get_expert(src.ctx, e, &w13, &w2, &err);
     if (s != NIBBLE_OK)
-      throw Error(s, "moe: fetching expert " + std::to_string(e) + " failed: " + err.message);
+      throw PluginError(s, "moe: fetching expert " + std::to_string(e) + " failed: " + err.message);
     struct GiveBack {
       const nibble_moe_source& src;
       int32_t e;
@@ -117,10 +117,10 @@ void moe_forward(const std::vector<Expert<Layout>>& experts, int64_t K, int64_t 
     for (int64_t j = 0; j < top_k; ++j) {
       int64_t e = a.topk_ids.get_int(m, j);
       if (e < -1 || e >= E)
-        throw Error(NIBBLE_INVALID_ARGUMENT, "topk_ids[" + std::to_string(m) + ", " +
-                                                 std::to_string(j) + "] = " + std::to_string(e) +
-                                                 " is outside [0, " + std::to_string(E) +
-                                                 ") (or -1 for no expert)");
+        throw PluginError(NIBBLE_INVALID_ARGUMENT,
+                          "topk_ids[" + std::to_string(m) + ", " + std::to_string(j) +
+                              "] = " + std::to_string(e) + " is outside [0, " + std::to_string(E) +
+                              ") (or -1 for no expert)");
       if (e >= 0) ++begin[size_t(e) + 1];
     }
   for (int64_t e = 0; e < E; ++e) begin[size_t(e) + 1] += begin[size_t(e)];

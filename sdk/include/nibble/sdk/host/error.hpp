@@ -1,7 +1,7 @@
 // One status check for every call a host makes into a plugin: a status other than NIBBLE_OK
-// becomes a host::Error carrying the status, the ABI function's name and the plugin's own message,
-// and a C++ exception that crosses the C ABI (a plugin bug) becomes one too, so no caller needs a
-// switch over statuses or a try block of its own. Header-only.
+// becomes a host::CallError carrying the status, the ABI function's name and the plugin's own
+// message, and a C++ exception that crosses the C ABI (a plugin bug) becomes one too, so no caller
+// needs a switch over statuses or a try block of its own. Header-only.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
@@ -15,10 +15,10 @@
 namespace nibble::sdk::host {
 
 /// A call into a plugin that failed: its status, the ABI function and the plugin's message.
-class Error : public std::runtime_error {
+class CallError : public std::runtime_error {
  public:
   /// `call` names the ABI function ("prepare"); `message` is what the plugin said ("" if nothing).
-  Error(nibble_status status, std::string call, std::string message, bool escaped = false)
+  CallError(nibble_status status, std::string call, std::string message, bool escaped = false)
       : std::runtime_error(call + " failed (" + nibble_status_name(status) +
                            "): " + (message.empty() ? std::string("no message") : message)),
         status_(status),
@@ -53,22 +53,25 @@ struct ErrorBuffer {
   }
 };
 
-/// Throw Error unless `status` is NIBBLE_OK; `call` names the ABI function.
+/// Throw CallError unless `status` is NIBBLE_OK; `call` names the ABI function.
 inline void check(nibble_status status, const char* call, const ErrorBuffer& error) {
-  if (status != NIBBLE_OK) throw Error(status, call, error.text());
+  if (status != NIBBLE_OK) throw CallError(status, call, error.text());
 }
 
-/// Run f(), one call into a plugin; an exception escaping it becomes an escaped Error of `call`.
+/// Run f(), one call into a plugin; an exception escaping it becomes an escaped CallError of
+/// `call`.
 template <class F>
 auto guard(const char* call, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::exception& e) {
-    throw Error(NIBBLE_INTERNAL, call,
-                std::string(call) + " threw a C++ exception across the C ABI: " + e.what(), true);
+    throw CallError(NIBBLE_INTERNAL, call,
+                    std::string(call) + " threw a C++ exception across the C ABI: " + e.what(),
+                    true);
   } catch (...) {
-    throw Error(NIBBLE_INTERNAL, call,
-                std::string(call) + " threw a non-standard C++ exception across the C ABI", true);
+    throw CallError(NIBBLE_INTERNAL, call,
+                    std::string(call) + " threw a non-standard C++ exception across the C ABI",
+                    true);
   }
 }
 
@@ -79,13 +82,13 @@ void call_checked(const char* call, ErrorBuffer& error, F&& f) {
 }
 
 /// Run f() for a host that reports statuses instead of throwing: NIBBLE_OK, or the status of the
-/// Error f threw, with the plugin's message (or the escaped exception's text) in *message.
+/// CallError f threw, with the plugin's message (or the escaped exception's text) in *message.
 template <class F>
 nibble_status status_of(F&& f, std::string* message = nullptr) {
   try {
     f();
     return NIBBLE_OK;
-  } catch (const Error& e) {
+  } catch (const CallError& e) {
     if (message) *message = e.message();
     return e.status();
   }

@@ -31,7 +31,7 @@ inline int32_t max_zero(const nibble_canonical_weight& w) {
 
 /// The descriptor of a quantized linear layer over `w`, named `name` (borrowed).
 inline nibble_layer_desc linear_desc(const nibble_canonical_weight& w, const char* name,
-                                     int32_t mode = NIBBLE_MODE_WEIGHT_ONLY,
+                                     int32_t mode = NIBBLE_MODE_W4A16,
                                      uint32_t act_dtypes = kAllActivationDtypes) {
   nibble_layer_desc d{};
   d.struct_size = sizeof d;
@@ -86,7 +86,7 @@ struct MoeShape {
 inline nibble_layer_desc moe_desc(const MoeShape& shape,
                                   const std::vector<nibble_canonical_weight>& w13,
                                   const std::vector<nibble_canonical_weight>& w2, const char* name,
-                                  int32_t mode = NIBBLE_MODE_WEIGHT_ONLY,
+                                  int32_t mode = NIBBLE_MODE_W4A16,
                                   uint32_t act_dtypes = kAllActivationDtypes) {
   nibble_layer_desc d = linear_desc(w13.at(0), name, mode, act_dtypes);
   d.op = NIBBLE_OP_MOE;

@@ -56,23 +56,23 @@ inline nibble_status call_entry(nibble_plugin_entry_fn entry, const nibble_host*
   return s;
 }
 
-/// dlopen `path` (RTLD_NOW | RTLD_LOCAL) and find its entry point; throws Error (UNAVAILABLE)
+/// dlopen `path` (RTLD_NOW | RTLD_LOCAL) and find its entry point; throws CallError (UNAVAILABLE)
 /// naming the file and what went wrong. Never closed: the ABI forbids unloading a plugin.
 inline nibble_plugin_entry_fn open_entry(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* e = dlerror();
-    throw Error(NIBBLE_UNAVAILABLE, "dlopen", path + ": " + (e ? e : "unknown error"));
+    throw CallError(NIBBLE_UNAVAILABLE, "dlopen", path + ": " + (e ? e : "unknown error"));
   }
   auto entry = reinterpret_cast<nibble_plugin_entry_fn>(dlsym(handle, NIBBLE_PLUGIN_ENTRY_SYMBOL));
   if (!entry)
-    throw Error(NIBBLE_UNAVAILABLE, "dlsym",
-                path + ": the library has no " NIBBLE_PLUGIN_ENTRY_SYMBOL " symbol");
+    throw CallError(NIBBLE_UNAVAILABLE, "dlsym",
+                    path + ": the library has no " NIBBLE_PLUGIN_ENTRY_SYMBOL " symbol");
   return entry;
 }
 
 /// Whether kernel `k` accepts `desc`; when not, *reason gets its text ("(empty reason)" when it
-/// gave none). Throws an escaped Error when a C++ exception leaves can_implement.
+/// gave none). Throws an escaped CallError when a C++ exception leaves can_implement.
 inline bool can_implement(const nibble_kernel* k, const nibble_layer_desc& desc,
                           std::string* reason = nullptr) {
   ErrorBuffer err;
@@ -93,14 +93,14 @@ inline std::vector<const nibble_kernel*> kernels_of(const nibble_plugin& p) {
 class LoadedPlugin {
  public:
   /// Load the plugin at `path` and call its entry point with standalone_host(thread_budget);
-  /// throws Error naming the file when it cannot.
+  /// throws CallError naming the file when it cannot.
   static LoadedPlugin load(const std::string& path, int thread_budget) {
     LoadedPlugin p;
     p.entry_ = open_entry(path);
     std::string message;
     const nibble_status s =
         call_entry(p.entry_, standalone_host(thread_budget), &p.desc_, sizeof p.desc_, &message);
-    if (s != NIBBLE_OK) throw Error(s, NIBBLE_PLUGIN_ENTRY_SYMBOL, path + ": " + message);
+    if (s != NIBBLE_OK) throw CallError(s, NIBBLE_PLUGIN_ENTRY_SYMBOL, path + ": " + message);
     return p;
   }
 
@@ -116,12 +116,12 @@ class LoadedPlugin {
       if (k && k->name && name == k->name) return k;
     return nullptr;
   }
-  /// The probe's answer; throws Error when the probe fails.
+  /// The probe's answer; throws CallError when the probe fails.
   nibble_probe_result probe() const {
     nibble_probe_result r{};
     r.struct_size = sizeof r;
     const nibble_status s = guard("probe", [&] { return desc_.probe(&r); });
-    if (s != NIBBLE_OK) throw Error(s, "probe", "");
+    if (s != NIBBLE_OK) throw CallError(s, "probe", "");
     r.detail[sizeof r.detail - 1] = '\0';
     return r;
   }

@@ -23,7 +23,7 @@ class Workspace {
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
   ~Workspace() { std::free(data_); }
-  /// At least `bytes` of scratch (nullptr for 0); throws Error (OUT_OF_MEMORY) when it cannot.
+  /// At least `bytes` of scratch (nullptr for 0); throws CallError (OUT_OF_MEMORY) when it cannot.
   void* get(size_t bytes) {
     if (bytes > size_) {
       std::free(data_);
@@ -32,8 +32,8 @@ class Workspace {
       const size_t rounded = (bytes + 4095) & ~size_t(4095);
       data_ = std::aligned_alloc(64, rounded);
       if (!data_)
-        throw Error(NIBBLE_OUT_OF_MEMORY, "workspace",
-                    "cannot allocate a workspace of " + std::to_string(bytes) + " bytes");
+        throw CallError(NIBBLE_OUT_OF_MEMORY, "workspace",
+                        "cannot allocate a workspace of " + std::to_string(bytes) + " bytes");
       size_ = rounded;
     }
     return bytes ? data_ : nullptr;
@@ -80,14 +80,14 @@ class Prepared {
   /// The plugin's handle.
   const nibble_prepared* get() const { return handle_.get(); }
 
-  /// Release the weight now; throws an escaped Error when a C++ exception leaves release.
+  /// Release the weight now; throws an escaped CallError when a C++ exception leaves release.
   void release() {
     nibble_prepared* p = handle_.release();
     if (!p) return;
     const Release r = handle_.get_deleter();
     guard("release", [&] { r(p); });
   }
-  /// Bytes of workspace a forward with M rows needs; throws Error.
+  /// Bytes of workspace a forward with M rows needs; throws CallError.
   size_t workspace_bytes(int64_t M) const {
     const nibble_kernel* k = kernel();
     ErrorBuffer err;
@@ -95,19 +95,21 @@ class Prepared {
     call_checked("workspace_bytes", err,
                  [&] { return k->workspace_bytes(k, handle_.get(), M, &bytes, err.get()); });
     if (bytes > kMaxWorkspaceBytes)
-      throw Error(NIBBLE_INTERNAL, "workspace_bytes",
-                  "asks for a workspace of " + std::to_string(bytes) +
-                      " bytes for M = " + std::to_string(M) + "; refusing");
+      throw CallError(NIBBLE_INTERNAL, "workspace_bytes",
+                      "asks for a workspace of " + std::to_string(bytes) +
+                          " bytes for M = " + std::to_string(M) + "; refusing");
     return bytes;
   }
-  /// One forward call with `exec` as given (the host fills workspace and threads); throws Error.
+  /// One forward call with `exec` as given (the host fills workspace and threads); throws
+  /// CallError.
   void forward(const nibble_forward_args& args, const nibble_exec& exec) const {
     const nibble_kernel* k = kernel();
     ErrorBuffer err;
     call_checked("forward", err,
                  [&] { return k->forward(k, handle_.get(), &args, &exec, err.get()); });
   }
-  /// One forward call of M rows on `threads` threads with scratch from `workspace`; throws Error.
+  /// One forward call of M rows on `threads` threads with scratch from `workspace`; throws
+  /// CallError.
   void forward(const nibble_forward_args& args, int64_t M, int threads,
                Workspace& workspace) const {
     const size_t bytes = workspace_bytes(M);
@@ -135,8 +137,8 @@ class Prepared {
   std::unique_ptr<nibble_prepared, Release> handle_{nullptr, Release{}};
 };
 
-/// Prepare `weight` for `desc` with kernel `k`; throws Error with the plugin's status and message
-/// (also when it answers OK without a handle). A handle returned with an error is released.
+/// Prepare `weight` for `desc` with kernel `k`; throws CallError with the plugin's status and
+/// message (also when it answers OK without a handle). A handle returned with an error is released.
 inline Prepared prepare(const nibble_kernel* k, const nibble_layer_desc& desc,
                         const nibble_weight_input& weight) {
   ErrorBuffer err;
@@ -152,7 +154,7 @@ inline Prepared prepare(const nibble_kernel* k, const nibble_layer_desc& desc,
   }
   Prepared out(k, p);
   check(s, "prepare", err);
-  if (!out) throw Error(NIBBLE_INTERNAL, "prepare", "prepare returned NIBBLE_OK but no handle");
+  if (!out) throw CallError(NIBBLE_INTERNAL, "prepare", "prepare returned NIBBLE_OK but no handle");
   return out;
 }
 

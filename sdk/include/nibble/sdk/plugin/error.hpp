@@ -1,5 +1,5 @@
-// How errors cross the plugin ABI: a plugin throws sdk::Error (or any exception), and the C glue
-// turns it into a nibble_status plus a message in the caller's nibble_error.
+// How errors cross the plugin ABI: a plugin throws sdk::PluginError (or any exception), and the C
+// glue turns it into a nibble_status plus a message in the caller's nibble_error.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
@@ -13,10 +13,10 @@
 namespace nibble::sdk {
 
 /// An error a plugin throws; it crosses the ABI as `status` with `what()` as the message.
-class Error : public std::runtime_error {
+class PluginError : public std::runtime_error {
  public:
   /// An error with a status code and a message.
-  Error(nibble_status status, const std::string& message)
+  PluginError(nibble_status status, const std::string& message)
       : std::runtime_error(message), status_(status) {}
   /// The status reported to the host.
   nibble_status status() const { return status_; }
@@ -25,9 +25,12 @@ class Error : public std::runtime_error {
   nibble_status status_;
 };
 
+/// PluginError's former name, kept so that existing plugins compile.
+using Error [[deprecated("use nibble::sdk::PluginError")]] = PluginError;
+
 /// Throw INVALID_ARGUMENT with `message` unless `condition` holds.
 inline void require(bool condition, const std::string& message) {
-  if (!condition) throw Error(NIBBLE_INVALID_ARGUMENT, message);
+  if (!condition) throw PluginError(NIBBLE_INVALID_ARGUMENT, message);
 }
 
 /// Copy `text` into a caller-owned nibble_error, respecting its declared capacity.
@@ -53,7 +56,7 @@ nibble_status guarded(nibble_error* error, F&& f) {
   try {
     f();
     return NIBBLE_OK;
-  } catch (const Error& e) {
+  } catch (const PluginError& e) {
     write_error(error, e.what());
     return e.status();
   } catch (const std::bad_alloc&) {

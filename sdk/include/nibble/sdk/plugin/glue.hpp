@@ -87,7 +87,7 @@ inline nibble_status c_prepare(const nibble_kernel* self, const nibble_layer_des
     *out = nullptr;
     const Kernel& k = *slot_of(self).kernel;
     std::string why = k.why_not(*desc);
-    if (!why.empty()) throw Error(NIBBLE_UNSUPPORTED, why);
+    if (!why.empty()) throw PluginError(NIBBLE_UNSUPPORTED, why);
     switch (desc->op) {
       case NIBBLE_OP_LINEAR:
         require(weight->quantized != nullptr, "prepare: the quantized weight is missing");
@@ -99,10 +99,11 @@ inline nibble_status c_prepare(const nibble_kernel* self, const nibble_layer_des
         require(weight->experts != nullptr, "prepare: the experts are missing");
         break;
       default:
-        throw Error(NIBBLE_INVALID_ARGUMENT, "prepare: unknown op " + std::to_string(desc->op));
+        throw PluginError(NIBBLE_INVALID_ARGUMENT,
+                          "prepare: unknown op " + std::to_string(desc->op));
     }
     std::unique_ptr<Prepared> p = k.prepare(*desc, *weight);
-    if (!p) throw Error(NIBBLE_INTERNAL, "prepare returned nothing");
+    if (!p) throw PluginError(NIBBLE_INTERNAL, "prepare returned nothing");
     p->set_desc(*desc);
     *out = reinterpret_cast<nibble_prepared*>(p.release());
   });

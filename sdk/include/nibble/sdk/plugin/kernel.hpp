@@ -70,7 +70,7 @@ struct KernelInfo {
   std::string name;
   nibble_op op = NIBBLE_OP_LINEAR;
   int priority = 0;
-  nibble_numeric_mode mode = NIBBLE_MODE_WEIGHT_ONLY;
+  nibble_numeric_mode mode = NIBBLE_MODE_W4A16;
   double bound_f32 = 0;
   double bound_f16 = 0;
   double bound_bf16 = 0;

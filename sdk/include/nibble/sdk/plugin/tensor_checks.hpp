@@ -4,8 +4,8 @@
 // message is built only when a check fails: a valid forward allocates nothing here.
 #pragma once
 
-#include <nibble/sdk/device.hpp>
 #include <nibble/sdk/plugin.h>
+#include <nibble/sdk/device.hpp>
 #include <nibble/sdk/numeric.hpp>
 #include <nibble/sdk/plugin/error.hpp>
 
@@ -17,7 +17,7 @@ namespace detail {
 
 // Throw INVALID_ARGUMENT; callers build the message only on the failing branch.
 [[noreturn]] inline void reject(const std::string& message) {
-  throw Error(NIBBLE_INVALID_ARGUMENT, message);
+  throw PluginError(NIBBLE_INVALID_ARGUMENT, message);
 }
 
 }  // namespace detail
@@ -57,8 +57,7 @@ inline Matrix as_matrix(const DLTensor* t, const char* what) {
   if (t->ndim != 2)
     detail::reject(std::string(what) + ": expected a 2-D tensor, got " + std::to_string(t->ndim) +
                    " dimensions");
-  if (!is_cpu_memory(t->device))
-    detail::reject(std::string(what) + ": expected a CPU tensor");
+  if (!is_cpu_memory(t->device)) detail::reject(std::string(what) + ": expected a CPU tensor");
   if (t->dtype.lanes != 1 || t->dtype.bits % 8 != 0 || t->dtype.bits == 0)
     detail::reject(std::string(what) + ": unsupported dtype " + dtype_name(t->dtype));
   if (t->shape == nullptr || t->shape[0] < 0 || t->shape[1] < 0)
