@@ -64,7 +64,7 @@ class RawMoe {
     nibble_weight_input in{};
     in.struct_size = sizeof in;
     in.experts = &src;
-    ErrorText err;
+    ErrorBuffer err;
     EXPECT_EQ(k->prepare(k, &d, &in, &p_, err.get()), NIBBLE_OK) << err.text();
   }
   ~RawMoe() {
@@ -96,7 +96,7 @@ class MoeCall {
       reinterpret_cast<int32_t*>(ids_->bytes.data())[i] = routing_.ids[i];
       reinterpret_cast<float*>(weights_->bytes.data())[i] = float(routing_.weights[i]);
     }
-    ErrorText err;
+    ErrorBuffer err;
     size_t bytes = 0;
     EXPECT_EQ(k->workspace_bytes(k, layer.get(), M, &bytes, err.get()), NIBBLE_OK) << err.text();
     workspace_.resize(bytes + 64);
@@ -131,7 +131,7 @@ class MoeCall {
   std::vector<uint8_t> workspace_;
   nibble_forward_args args_{};
   nibble_exec exec_{};
-  ErrorText err_;
+  ErrorBuffer err_;
 };
 
 TEST(CpuAmxMoeAllocations, AWarmForwardAllocatesNothing) {
