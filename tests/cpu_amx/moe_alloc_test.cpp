@@ -143,8 +143,7 @@ TEST(CpuAmxMoeAllocations, AWarmForwardAllocatesNothing) {
     for (const int64_t I : {64, 72}) {
       const TestExperts ex = random_experts(8, 128, I, 4, 64, 64, false, I == 72, 11);
       nibble_layer_desc d = moe_desc(ex, 2);
-      d.numeric_mode =
-          std::string(name) == "moe_a16" ? NIBBLE_MODE_WEIGHT_ONLY : NIBBLE_MODE_DYNAMIC_INT8;
+      d.numeric_mode = std::string(name) == "moe_a16" ? NIBBLE_MODE_W4A16 : NIBBLE_MODE_W4A8;
       ASSERT_EQ(why_not(k, d), "") << name;
       RawMoe layer(k, d, ex);
       ASSERT_NE(layer.get(), nullptr) << name;
