@@ -154,18 +154,20 @@ TEST(CpuAmxMoeAllocations, AWarmForwardAllocatesNothing) {
         // nothing, exactly.
         MoeCall alone(k, layer, ex, M, 2, 1);
         const long first = alone.allocations();
-        if (M == 1 && I == 64 && std::string(name) == "moe_a16")
+        if (M == 1 && I == 64 && std::string(name) == "moe_a16") {
           EXPECT_GT(first, 0) << "the counter does not see the plugin's allocations";
+        }
         EXPECT_EQ(alone.allocations(), 0) << what;
-        // With workers, each pool thread makes its own block buffers the first time it takes
-        // part, which under load may be any later call: at most two per worker in all, where an
-        // allocation per call would show up in every one of these calls.
-        constexpr int kThreads = 3, kCalls = 20;
+        // With workers, each pool thread makes its own buffers (a few kinds) the first time it
+        // takes part in a call of each path, which under load (a sanitizer, a busy machine) may
+        // be any later call. So only a few calls may allocate, where an allocation per call
+        // would show up in every one of these calls.
+        constexpr int kThreads = 3, kCalls = 100, kFirstTimes = 4 * (kThreads - 1);
         MoeCall pooled(k, layer, ex, M, 2, kThreads);
         pooled.allocations();
-        long later = 0;
-        for (int i = 0; i < kCalls; ++i) later += pooled.allocations();
-        EXPECT_LE(later, 2 * (kThreads - 1)) << what << " over " << kCalls << " calls";
+        int allocating_calls = 0;
+        for (int i = 0; i < kCalls; ++i) allocating_calls += pooled.allocations() > 0 ? 1 : 0;
+        EXPECT_LE(allocating_calls, kFirstTimes) << what << ": calls that allocated, of " << kCalls;
       }
     }
   }

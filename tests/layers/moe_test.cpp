@@ -155,8 +155,12 @@ TEST_F(MoeRouting, TheExpertsDescriptorAgreesWithEveryDecodedExpert) {
   }
   EXPECT_EQ(d.symmetric != 0, sym13);
   EXPECT_EQ(d.w2_symmetric != 0, sym2);
-  if (d.max_zero != 0) EXPECT_EQ(d.max_zero, max13);
-  if (d.w2_max_zero != 0) EXPECT_EQ(d.w2_max_zero, max2);
+  if (d.max_zero != 0) {
+    EXPECT_EQ(d.max_zero, max13);
+  }
+  if (d.w2_max_zero != 0) {
+    EXPECT_EQ(d.w2_max_zero, max2);
+  }
 }
 
 TEST_F(MoeRouting, TopKBeyondTheExpertsIsRefused) {
