@@ -10,7 +10,7 @@
 namespace nibble::cpu_amx {
 namespace {
 
-// Measured on the AMX host (docs/cpu_amx.md, "Dispatch"): back-to-back calls find every worker
+// Measured on the AMX host (docs/cpu_amx.md#threads): back-to-back calls find every worker
 // spinning well within this; a gap longer than it costs one futex wake-up per worker.
 constexpr int64_t kDefaultSpinMicroseconds = 100;
 constexpr int64_t kMaxSpinMicroseconds = 1000000;

@@ -22,7 +22,7 @@ struct Variant {
 };
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
-// Every scheme variant of issue 4 on one shape.
+// Every scheme variant (GPTQ v1/v2, AWQ; bits, groups, symmetry, act-order) on one shape.
 std::vector<Variant> variants(int64_t K, int64_t N, const std::string& shape) {
   std::vector<Variant> out;
   uint32_t seed = 100;

@@ -113,10 +113,12 @@ PluginLoad* enter_plugin(LoadedLibrary& lib, const std::shared_ptr<const HostTab
                          std::map<LoadedLibrary*, PluginLoad*>& entered) {
   if (auto it = entered.find(&lib); it != entered.end()) return it->second;
   if (lib.only) return entered[&lib] = lib.only.get();
+  const bool first_entry = lib.per_registry.empty();
   std::unique_ptr<PluginLoad> load = call_entry(lib.entry, host);
-  // Registered after each entry, so it runs before the destructors of statics the plugin made
-  // during its entry (exit handlers run in reverse order); shut_down flags make repeats no-ops.
-  std::atexit(&shutdown_at_exit);
+  // Registered after a library's first entry, so it runs before the destructors of the statics
+  // the plugin made then (exit handlers run in reverse order); once per library, so a process
+  // that makes many Runtimes does not grow the exit list. shut_down flags make repeats no-ops.
+  if (first_entry) std::atexit(&shutdown_at_exit);
   PluginLoad* raw = load.get();
   if (load->entry_status == NIBBLE_OK && load->per_registry())
     lib.per_registry.push_back(std::move(load));

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <nibble/sdk/host/canonical_weight.hpp>  // CanonicalWeight
-#include <nibble/sdk/host/error.hpp>             // Error, ErrorBuffer, check, guard
+#include <nibble/sdk/host/error.hpp>             // CallError, ErrorBuffer, check, guard
 #include <nibble/sdk/host/expert_source.hpp>     // ExpertViews
 #include <nibble/sdk/host/layer_desc.hpp>        // linear_desc, dense_desc, moe_desc
 #include <nibble/sdk/host/loaded_plugin.hpp>     // LoadedPlugin, standalone_host, can_implement

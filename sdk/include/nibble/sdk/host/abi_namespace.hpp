@@ -1,7 +1,7 @@
 // The host layer's functions that touch structs whose layout depends on NIBBLE_ABI_MINOR (layer
 // descriptors, kernels, the host table) live in an inline namespace named after that minor. A
 // program may hold hosts of two minors at once (the conformance kit built as a 1.0 host links
-// libnibble, a 1.1 host): without the namespace the two would emit one inline function under one
+// libnibble, a 1.2 host): without the namespace the two would emit one inline function under one
 // symbol for two layouts, and the dynamic linker would let one copy serve both.
 #pragma once
 
