@@ -3,7 +3,6 @@
 // bytes really there, and nothing it allocates is sized by a number from the file.
 #pragma once
 
-#include <nibble/export.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -30,14 +29,14 @@ struct ElfExports {
 };
 
 /// The preflight of the ELF image in `bytes` (already in memory), looking for `symbol`.
-NIBBLE_API ElfExports read_elf_exports(std::span<const std::byte> bytes, const std::string& symbol);
+ElfExports read_elf_exports(std::span<const std::byte> bytes, const std::string& symbol);
 
 /// The preflight of the regular file `path`, read with bounded preads (never more than its real
 /// size, never all at once); a FIFO, device or directory is refused without reading from it.
-NIBBLE_API ElfExports read_elf_exports(const std::string& path, const std::string& symbol);
+ElfExports read_elf_exports(const std::string& path, const std::string& symbol);
 
 /// The defined, default-visibility global symbols of an ELF64 file's .dynsym, or nullopt when
 /// the file is not a well-formed native ELF64 object.
-NIBBLE_API std::optional<std::vector<std::string>> elf_dynamic_exports(const std::string& path);
+std::optional<std::vector<std::string>> elf_dynamic_exports(const std::string& path);
 
 }  // namespace nibble
