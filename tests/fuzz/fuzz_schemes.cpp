@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   t.bias = with_bias ? &vb : nullptr;
   try {
     nibble::CanonicalWeight w = nibble::get_scheme(kind).decode(t, params);
-    validate(w, "fuzzed layer");
+    nibble::validate(w, "fuzzed layer");
     // What decodes must encode back to the same tensors' meaning: re-decode and compare q.
     auto encoded = nibble::get_scheme(kind).encode(w);
     (void)encoded;
