@@ -2,8 +2,8 @@
 // FIFOs, directories and links under plugin names, and links that lead out of a safe folder. Each
 // is reported with the path (and a link's target) and a reason; no code of a refused file runs,
 // the preflight's memory stays bounded by the file, and the real plugins beside them still load.
-#include "registry/elf_exports.hpp"
 #include <nibble/registry.hpp>
+#include "registry/elf_exports.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -3,10 +3,10 @@
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/runtime.hpp>
+#include <nibble/safetensors.hpp>
 #include <nibble/sdk/host/layer_desc.hpp>
 #include <nibble/sdk/host/matrix.hpp>
 #include <nibble/sdk/host/prepared.hpp>
-#include <nibble/safetensors.hpp>
 #include <nibble/sdk/numeric.hpp>
 #include <nibble/untrusted_text.hpp>
 

@@ -3,7 +3,6 @@
 // bytes really there, and nothing it allocates is sized by a number from the file.
 #pragma once
 
-
 #include <cstddef>
 #include <cstdint>
 #include <optional>
