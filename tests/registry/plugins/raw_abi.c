@@ -71,8 +71,8 @@ struct future_kernel {
   void (*future_function)(void);
 };
 static struct future_kernel kernel = {
-    {sizeof(struct future_kernel), "raw", NIBBLE_OP_LINEAR, 5, NIBBLE_MODE_W4A16, 1e-6, 1e-3,
-     1e-2, can_implement, workspace_bytes, prepare,
+    {sizeof(struct future_kernel), "raw", NIBBLE_OP_LINEAR, 5, NIBBLE_MODE_W4A16, 1e-6, 1e-3, 1e-2,
+     can_implement, workspace_bytes, prepare,
 #if defined(RAW_NULL_FORWARD)
      NULL,
 #else
