@@ -26,13 +26,27 @@
  * Minors: 1.1 appended nibble_host.thread_budget, nibble_layer_desc.max_zero/w2_max_zero and
  * nibble_kernel.prepared_bytes. 1.2 appends nibble_plugin.plugin_context/probe2/shutdown2 (loads,
  * below). A struct's "Appended in 1.2" section is where further 1.2 fields go, after those already
- * there; the assertions at the end of this header pin where each minor's fields start.
+ * there; the assertions at the end of this header pin where each minor's fields start. 1.3 appends
+ * the device model (below): nibble_layer_desc.device_type/device_id, nibble_exec.stream,
+ * nibble_kernel.device_type and nibble_plugin.device_memory.
  *
  * Loads (1.2): a host may load one plugin several times in a process, once per host context (a
  * nibble Runtime has one), calling the entry point once per context with that context's own
  * nibble_host table. Each call returns its own kernel table and a plugin_context; the host passes
  * that context to probe2 and ends the load with shutdown2(plugin_context), after which it calls
  * nothing of that load. A host before 1.2 calls the entry point once and uses probe/shutdown.
+ *
+ * Devices (1.3): a kernel names the DLPack device type its forward takes (nibble_kernel.
+ * device_type; absent or kDLCPU: CPU memory, as every kernel before 1.3). The host asks for a
+ * layer on one device (nibble_layer_desc.device_type/device_id) and hands only kernels of that
+ * device type to it; prepare uploads the repacked weight into device memory the prepared handle
+ * owns (prepared_bytes counts those device bytes); the host checks that x, y, topk_ids and
+ * topk_weights live on that device and passes a stream in nibble_exec, on which a device forward
+ * is asynchronous. A device kernel owns its device scratch (the workspace stays host memory and
+ * may be 0 bytes): the host links no device runtime and cannot allocate device memory itself, and
+ * a kernel that takes its scratch stream-ordered keeps concurrent forwards on one prepared handle
+ * legal. The host moves data through the plugin's nibble_device_memory (alloc, copy, sync), so a
+ * host without any device library can still feed a device backend.
  */
 #ifndef NIBBLE_SDK_PLUGIN_H
 #define NIBBLE_SDK_PLUGIN_H
@@ -48,7 +62,7 @@ extern "C" {
 
 #define NIBBLE_ABI_MAJOR 1
 /* The newest minor this header describes. */
-#define NIBBLE_ABI_MINOR_CURRENT 2
+#define NIBBLE_ABI_MINOR_CURRENT 3
 #ifndef NIBBLE_ABI_MINOR
 #define NIBBLE_ABI_MINOR NIBBLE_ABI_MINOR_CURRENT
 #endif
@@ -183,6 +197,12 @@ typedef struct nibble_layer_desc {
   int32_t max_zero;
   int32_t w2_max_zero;
 #endif
+#if NIBBLE_ABI_MINOR >= 3
+  /* Appended in 1.3: where the layer runs (a DLDeviceType and its index); absent, 0 or kDLCPU
+   * means host memory. A kernel whose device_type differs is never asked. */
+  int32_t device_type;
+  int32_t device_id;
+#endif
 } nibble_layer_desc;
 
 /*
@@ -262,6 +282,11 @@ typedef struct nibble_exec {
   void* workspace; /* 64-byte aligned, at least workspace_bytes() long, owned by this call */
   size_t workspace_size;
   int32_t num_threads; /* threads the call may use (>= 1) */
+#if NIBBLE_ABI_MINOR >= 3
+  /* Appended in 1.3: the device stream a device kernel's forward is queued on (CUDA: a
+   * cudaStream_t; NULL: the device's default stream). Ignored by CPU kernels. */
+  void* stream;
+#endif
 } nibble_exec;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -299,6 +324,10 @@ struct nibble_kernel {
   /* Appended in 1.1: bytes the prepared weight holds. Optional (0 when absent). */
   size_t (*prepared_bytes)(const nibble_kernel* self, const nibble_prepared* prepared);
 #endif
+#if NIBBLE_ABI_MINOR >= 3
+  /* Appended in 1.3: the DLDeviceType forward's tensors live on; absent or 0 means kDLCPU. */
+  int32_t device_type;
+#endif
 };
 
 /* Why a backend is unavailable (bits, plus text in `detail`). */
@@ -318,6 +347,34 @@ typedef struct nibble_probe_result {
   uint32_t reasons; /* NIBBLE_PROBE_* bits when unavailable (informational when available) */
   char detail[NIBBLE_PROBE_DETAIL_CAPACITY];
 } nibble_probe_result;
+
+/* Copy directions of nibble_device_memory.copy. */
+enum {
+  NIBBLE_COPY_HOST_TO_DEVICE = 1,
+  NIBBLE_COPY_DEVICE_TO_HOST = 2,
+  NIBBLE_COPY_DEVICE_TO_DEVICE = 3
+};
+
+/*
+ * Device memory of a device backend (1.3), so that a host with no device library can move
+ * activations and outputs: every call takes the load's plugin_context. Memory from alloc is freed
+ * only by free of the same load. copy is queued on `stream` (NULL: the default stream) and
+ * completes when synchronize(stream) returns; host memory given to copy must stay valid until
+ * then.
+ */
+typedef struct nibble_device_memory {
+  uint32_t struct_size;
+  int32_t device_type; /* the DLDeviceType these calls manage */
+  /* Devices of that type this machine has (0 when none). */
+  int32_t (*device_count)(void* plugin_context);
+  nibble_status (*alloc)(void* plugin_context, int32_t device_id, size_t bytes, void** out,
+                         nibble_error* error);
+  void (*free)(void* plugin_context, int32_t device_id, void* ptr);
+  nibble_status (*copy)(void* plugin_context, int32_t device_id, void* dst, const void* src,
+                        size_t bytes, int32_t direction, void* stream, nibble_error* error);
+  nibble_status (*synchronize)(void* plugin_context, int32_t device_id, void* stream,
+                               nibble_error* error);
+} nibble_device_memory;
 
 /* What a plugin says about itself; filled by nibble_plugin_entry. */
 typedef struct nibble_plugin {
@@ -344,6 +401,11 @@ typedef struct nibble_plugin {
   nibble_status (*probe2)(void* plugin_context, nibble_probe_result* result);
   /* End the load `plugin_context`: join the threads it started and free it. */
   void (*shutdown2)(void* plugin_context);
+#endif
+#if NIBBLE_ABI_MINOR >= 3
+  /* Appended in 1.3: device memory for the kernels whose device_type is not kDLCPU; NULL for a
+   * CPU-only plugin. Valid for the load. */
+  const nibble_device_memory* device_memory;
 #endif
 } nibble_plugin;
 
@@ -385,6 +447,26 @@ NIBBLE_ABI_ASSERT(offsetof(nibble_plugin, probe2) ==
 NIBBLE_ABI_ASSERT(offsetof(nibble_plugin, shutdown2) ==
                       offsetof(nibble_plugin, probe2) + sizeof(void (*)(void)),
                   "nibble_plugin.shutdown2 follows probe2");
+#endif
+#if NIBBLE_ABI_MINOR >= 3
+NIBBLE_ABI_ASSERT(offsetof(nibble_layer_desc, device_type) ==
+                      offsetof(nibble_layer_desc, w2_max_zero) + sizeof(int32_t),
+                  "1.3's nibble_layer_desc.device_type follows 1.1's last field");
+NIBBLE_ABI_ASSERT(offsetof(nibble_layer_desc, device_id) ==
+                      offsetof(nibble_layer_desc, device_type) + sizeof(int32_t),
+                  "nibble_layer_desc.device_id follows device_type");
+NIBBLE_ABI_ASSERT(offsetof(nibble_exec, stream) >=
+                      offsetof(nibble_exec, num_threads) + sizeof(int32_t),
+                  "1.3's nibble_exec.stream follows 1.0's last field");
+NIBBLE_ABI_ASSERT(offsetof(nibble_exec, stream) <
+                      offsetof(nibble_exec, num_threads) + sizeof(int32_t) + sizeof(void*),
+                  "nibble_exec.stream takes the first pointer slot after num_threads");
+NIBBLE_ABI_ASSERT(offsetof(nibble_kernel, device_type) ==
+                      offsetof(nibble_kernel, prepared_bytes) + sizeof(void (*)(void)),
+                  "1.3's nibble_kernel.device_type follows 1.1's last field");
+NIBBLE_ABI_ASSERT(offsetof(nibble_plugin, device_memory) ==
+                      offsetof(nibble_plugin, shutdown2) + sizeof(void (*)(void)),
+                  "1.3's nibble_plugin.device_memory follows 1.2's last field");
 #endif
 
 #ifdef __cplusplus
