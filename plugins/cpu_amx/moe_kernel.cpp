@@ -1,490 +1,30 @@
-// Fused MoE on the linear kernels' packed layout. Compiled without ISA flags: it sorts the routed
-// (token, slot) pairs by expert, prepares each token's activations once, and hands (expert, row
-// block, panel range) segments to the same per-ISA micro-kernels the linear layers use (the plan:
-// moe_plan.hpp); gate and up are interleaved so silu(gate)·up is applied in the GEMM's blocks.
-//
-// Determinism: every output element is produced by exactly one segment, whose value does not
-// depend on which piece or thread runs it; the slots of a token are summed in slot order by one
-// thread. So y is bit-identical for any exec.num_threads.
+// The fused Mixture-of-Experts kernels: what they implement, their bounds, and the packing of
+// each expert at prepare (the forward pass is moe_forward.cpp).
 #include "moe_kernel.hpp"
 
-#include "activations.hpp"
 #include "kernel_api.hpp"
 #include "linear_kernels.hpp"
-#include "moe_plan.hpp"
+#include "moe_forward.hpp"
 #include "packed_weight.hpp"
 #include "probe.hpp"
 
-#include <nibble/sdk/numeric.hpp>
 #include <nibble/sdk/portable_moe.hpp>
 #include <nibble/sdk/weights.hpp>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
-#include <vector>
 
 namespace nibble::cpu_amx {
 namespace {
 
-enum class Mode { a16, a8 };
-enum class Projection { w13, w2 };
-
-using PackedExpert = sdk::portable::Expert<std::unique_ptr<PackedLinear>>;
-
-// Row blocks of the GEMM work: a multiple of the tile kernels' 32-row padding and of the
-// streaming kernels' 4-row pass.
-constexpr int64_t kTaskRows = 64;
-// Above this many routed rows per used expert, the GEMM work is cut into this many pieces per
-// thread and handed out dynamically (the AMX unit is shared and its speed flips); at or below it
-// (decode) each thread's share is one contiguous run of the weights in a few pieces, taken in
-// order: long weight streams, and a thread that is late loses only the pieces others reach first.
-constexpr int64_t kStreamingRowsPerExpert = 2;
-constexpr int64_t kPiecesPerThread = 8;
-constexpr int64_t kDecodePiecesPerThread = 4;
-// A routed row costs about this fraction of streaming one panel's weights (balancing only).
-constexpr double kRowCostPerPanel = 1.0 / 8;
-// With gate and up panels interleaved, w13's GEMM runs in blocks of this many panels (an even
-// number: gate/up pairs) into a scratch buffer of kTaskRows × 16·kSiluPanels fp32 (128 KiB, L2),
-// and silu(gate)·up is applied there before the block leaves the cache.
-constexpr int64_t kSiluPanels = 32;
-// Tokens per task of the final per-token reduction.
-constexpr int64_t kCombineRows = 16;
-// Routed rows up to which activation preparation and the reduction run on the calling thread.
-constexpr int64_t kInlineRows = 8;
-
-size_t align64(size_t b) { return (b + 63) / 64 * 64; }
-
-struct MicroKernels {
-  A16Fn a16_small, a16_large;
-  A8Fn a8_small, a8_large;
-};
-
-MicroKernels micro_kernels_for(IsaLevel level) {
-  switch (level) {
-    case IsaLevel::amx:
-      return {&a16_avx512, &a16_amx, &a8_avx512, &a8_amx};
-    case IsaLevel::avx512:
-      return {&a16_avx512, &a16_avx512, &a8_avx512, &a8_avx512};
-    case IsaLevel::avx2:
-      return {&a16_avx2, &a16_avx2, &a8_avx2, &a8_avx2};
-    default:
-      return {&a16_portable, &a16_portable, &a8_portable, &a8_portable};
-  }
-}
-
-// An upper bound of Σ_e (activation workspace of n_e rows) over any routing of `rows` pairs to at
-// most `experts` experts, for weights whose largest Kp and chunk count are given. The exact sizes
-// come from activations.cpp; padded_rows(n) < n + 32 and each align64 adds < 64.
-size_t activation_bound(Mode mode, int64_t kp, int64_t chunks, int64_t rows, int64_t experts) {
-  const size_t r = size_t(rows), u = size_t(experts), kpz = size_t(kp), ch = size_t(chunks);
-  if (mode == Mode::a16) return r * (2 * kpz + 4 * ch) + u * (32 * 2 * kpz + 128);
-  return r * (kpz + 64 + 4 + 4 * ch) + u * (32 * (kpz + 64 + 4) + 192);
-}
-
-// Round row m of y (K fp32 values) to y's dtype, once per element.
-void store_row(const sdk::Matrix& y, int64_t m, const float* v) {
-  if (y.dtype.bits == 32) {
-    std::memcpy(y.row<float>(m), v, size_t(y.cols) * sizeof(float));
-  } else if (y.dtype.code == kDLBfloat) {
-    uint16_t* out = y.row<uint16_t>(m);
-    for (int64_t k = 0; k < y.cols; ++k) out[k] = sdk::f32_to_bf16(v[k]);
-  } else {
-    uint16_t* out = y.row<uint16_t>(m);
-    for (int64_t k = 0; k < y.cols; ++k) out[k] = sdk::f32_to_f16(v[k]);
-  }
-}
-
-// One (expert, padded row block) unit of activation preparation.
-struct RowTask {
-  int32_t expert;
-  int64_t m0, m1;
-};
-
-// The plan of one forward call, reused by the next call on the same thread: vectors keep their
-// capacity, so only a call larger than every earlier one allocates.
-struct MoeScratch {
-  SortedRouting routing;
-  std::vector<size_t> offsets;  // [E]: expert e's activation buffer in the region
-  std::vector<RowTask> fills;   // activation preparation, by (expert, padded row block)
-  std::vector<Unit> units;      // a projection's GEMM work before it is cut
-  GemmPieces pieces;
-};
-
-float silu_times(float gate, float up) { return gate / (1.f + std::exp(-gate)) * up; }
-
-// w13 ([2I][K], gate rows first) packed with its output columns reordered so that panel 2i holds
-// gate columns [16i, 16i + 16) and panel 2i + 1 the up columns of the same h columns: any
-// even-aligned panel range then computes whole columns of h = silu(gate)·up. A pure permutation
-// of columns, so every value is computed exactly as without it. Needs I % 16 == 0.
-std::unique_ptr<PackedLinear> pack_w13_interleaved(const sdk::QuantWeight& w13, int threads) {
-  const int64_t N = w13.N(), I = N / 2;
-  std::vector<int32_t> source(static_cast<size_t>(N));
-  for (int64_t j = 0; j < N; ++j) {
-    const int64_t pair = j / (2 * kPanel), c = j % (2 * kPanel);
-    source[size_t(j)] = int32_t(c < kPanel ? kPanel * pair + c : I + kPanel * pair + (c - kPanel));
-  }
-  return pack_linear(w13, threads, &source);
-}
-
-class MoePrepared final : public sdk::Prepared {
- public:
-  MoePrepared(Mode mode, std::vector<PackedExpert> experts, int64_t K, int64_t I, int64_t top_k,
-              IsaLevel level, bool interleaved)
-      : interleaved_(interleaved),
-        mode_(mode),
-        experts_(std::move(experts)),
-        K_(K),
-        I_(I),
-        top_k_(top_k),
-        level_(level),
-        kernels_(micro_kernels_for(level)),
-        small_m_(streaming_row_limit(mode == Mode::a16)),
-        dequant_m_(dequant_row_threshold()) {
-    for (const auto& e : experts_) {
-      kp13_ = std::max(kp13_, e.w13->Kp);
-      kp2_ = std::max(kp2_, e.w2->Kp);
-      const auto& c13 = mode_ == Mode::a16 ? e.w13->a16_chunks : e.w13->a8_chunks;
-      const auto& c2 = mode_ == Mode::a16 ? e.w2->a16_chunks : e.w2->a8_chunks;
-      chunks13_ = std::max(chunks13_, int64_t(c13.size()));
-      chunks2_ = std::max(chunks2_, int64_t(c2.size()));
-      shared13_ = shared13_ && same_activation_layout(*experts_[0].w13, *e.w13);
-    }
-  }
-
-  size_t bytes() const override {
-    size_t total = sizeof(*this);
-    for (const auto& e : experts_) total += e.w13->bytes() + e.w2->bytes();
-    return total;
-  }
-
-  size_t workspace_bytes(int64_t M) const override { return layout(M).total; }
-
-  // The steps below run in this order; each is a parallel pass over the workspace. Their plans
-  // (routing, offsets, tasks, pieces) live in the calling thread's MoeScratch and the blocks of
-  // the workers in their own thread_local buffers, both kept between calls: once each thread has
-  // taken part in a forward of this size, a forward allocates nothing.
-  void forward(const sdk::ForwardArgs& args, const sdk::Exec& exec) const override {
-    if (args.M == 0) return;
-    if (args.topk_ids.cols != top_k_)
-      throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
-                             "forward: topk_ids has " + std::to_string(args.topk_ids.cols) +
-                                 " columns, the layer's top_k is " + std::to_string(top_k_));
-    thread_local MoeScratch scratch;
-    Call c = start_call(args, exec, scratch);
-    gather_w13_inputs(c);
-    compute_gate_up(c);
-    prepare_w2_inputs(c);
-    project(c, Projection::w2, c.down, K_);  // step 4: the down projection, fp32
-    combine_slots(c);
-  }
-
- private:
-  // Workspace regions for M tokens (offsets in bytes, each 64-byte aligned).
-  struct Layout {
-    size_t gathered_x = 0, tokens = 0, gate_up = 0, down = 0, activations = 0, activation_bytes = 0,
-           total = 0;
-  };
-  Layout layout(int64_t M) const {
-    const int64_t rows = M * top_k_;
-    const int64_t used = std::min<int64_t>(rows, int64_t(experts_.size()));
-    Layout l;
-    size_t at = 0;
-    if (shared13_) {  // the tokens prepared once for every w13
-      const PackedLinear& w0 = *experts_[0].w13;
-      l.tokens = at;
-      at += align64(mode_ == Mode::a16 ? a16_workspace_bytes(w0, M) : a8_workspace_bytes(w0, M));
-    } else {  // each expert's rows gathered in x's dtype, then prepared per expert
-      l.gathered_x = at;
-      at += align64(size_t(rows) * size_t(K_) * sizeof(float));  // room for the widest x dtype
-    }
-    l.gate_up = at;  // h alone when gate/up are interleaved
-    at += align64(size_t(rows) * size_t((interleaved_ ? 1 : 2) * I_) * sizeof(float));
-    l.down = at;
-    at += align64(size_t(rows) * size_t(K_) * sizeof(float));
-    l.activations = at;
-    // w13's activation buffers are dead once gate/up are computed; w2's reuse the region.
-    l.activation_bytes = std::max(activation_bound(mode_, kp13_, chunks13_, rows, used),
-                                  activation_bound(mode_, kp2_, chunks2_, rows, used));
-    at += align64(l.activation_bytes);
-    l.total = at;
-    return l;
-  }
-
-  // One forward call: its arguments, its workspace regions and its plan.
-  struct Call {
-    const sdk::ForwardArgs& args;
-    MoeScratch& plan;
-    Layout lay;
-    int threads = 1;
-    int row_threads = 1;     // decode-sized row work is cheaper inline than a hand-off
-    bool streaming = false;  // few rows per used expert: one contiguous run per thread
-    char* ws = nullptr;
-    float* gate_up = nullptr;  // interleaved: h [rows][I]; else gate/up [rows][2I], h over gate
-    int64_t h_stride = 0;
-    float* down = nullptr;  // [rows][K]
-    char* act = nullptr;    // the activation buffers of one projection, expert by expert
-    int64_t rows_of(int64_t e) const {
-      return plan.routing.begin[size_t(e) + 1] - plan.routing.begin[size_t(e)];
-    }
-    int64_t first_row(int64_t e) const { return plan.routing.begin[size_t(e)]; }
-    char* activations_of(int64_t e) const { return act + plan.offsets[size_t(e)]; }
-  };
-
-  const PackedLinear& weight_of(int64_t e, Projection p) const {
-    return p == Projection::w13 ? *experts_[size_t(e)].w13 : *experts_[size_t(e)].w2;
-  }
-
-  // Whether an expert with n routed rows runs on the tile kernels (else the streaming ones).
-  bool on_tiles(int64_t n) const { return level_ == IsaLevel::amx && n > small_m_; }
-
-  // Check the workspace, sort the routing by expert and plan the row tasks.
-  Call start_call(const sdk::ForwardArgs& args, const sdk::Exec& exec, MoeScratch& plan) const {
-    Call c{args, plan, layout(args.M)};
-    if (exec.workspace_size < c.lay.total)
-      throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT, "forward: workspace too small");
-    sort_by_expert(args.topk_ids, args.M, top_k_, int64_t(experts_.size()), plan.routing);
-    c.threads = std::max(1, exec.num_threads);
-    c.row_threads = plan.routing.rows <= kInlineRows ? 1 : c.threads;
-    c.streaming = plan.routing.rows <= kStreamingRowsPerExpert * plan.routing.experts_used;
-    c.ws = static_cast<char*>(exec.workspace);
-    c.gate_up = reinterpret_cast<float*>(c.ws + c.lay.gate_up);
-    c.h_stride = interleaved_ ? I_ : 2 * I_;
-    c.down = reinterpret_cast<float*>(c.ws + c.lay.down);
-    c.act = c.ws + c.lay.activations;
-    // The tile kernels read whole 32-row blocks, so their experts' padding rows are zeroed; the
-    // streaming kernels read only the routed rows (at decode, zeroing 31 padding rows per expert
-    // on one thread took longer than streaming the experts' weights).
-    plan.fills.clear();
-    for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
-      const int64_t n = c.rows_of(e), end = on_tiles(n) ? padded_rows(n) : n;
-      for (int64_t m0 = 0; m0 < end; m0 += kRowPad)
-        plan.fills.push_back(RowTask{int32_t(e), m0, std::min(end, m0 + kRowPad)});
-    }
-    return c;
-  }
-
-  // Where each expert's activation buffer for projection p starts (experts without rows: none).
-  void plan_activations(Call& c, Projection p) const {
-    c.plan.offsets.assign(experts_.size(), 0);
-    size_t at = 0;
-    for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
-      const int64_t n = c.rows_of(e);
-      if (n == 0) continue;
-      c.plan.offsets[size_t(e)] = at;
-      const PackedLinear& w = weight_of(e, p);
-      at += align64(mode_ == Mode::a16 ? a16_workspace_bytes(w, n) : a8_workspace_bytes(w, n));
-    }
-    if (at > c.lay.activation_bytes)
-      throw sdk::PluginError(NIBBLE_INTERNAL, "forward: activation workspace bound exceeded");
-  }
-
-  // Cut projection p's GEMM into pieces of about equal cost (c.plan.pieces).
-  void plan_gemm(Call& c, Projection p) const {
-    c.plan.units.clear();
-    for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
-      const int64_t n = c.rows_of(e);
-      for (int64_t m0 = 0; m0 < n; m0 += kTaskRows) {
-        const int64_t m1 = std::min(n, m0 + kTaskRows);
-        c.plan.units.push_back(Unit{int32_t(e), m0, m1, weight_of(e, p).panels,
-                                    1.0 + kRowCostPerPanel * double(m1 - m0)});
-      }
-    }
-    split_pieces(c.plan.units,
-                 c.threads * (c.streaming ? kDecodePiecesPerThread : kPiecesPerThread),
-                 c.plan.pieces);
-  }
-
-  // Prepare rows [m0, m1) of an expert's activation buffer (n rows) for weight w from `in`.
-  void fill_activations(const sdk::Matrix& in, const PackedLinear& w, char* buffer, int64_t n,
-                        int64_t m0, int64_t m1) const {
-    if (mode_ == Mode::a16)
-      a16_fill(in, w, a16_view(w, n, buffer), m0, m1, level_);
-    else
-      a8_fill(in, w, a8_view(w, n, buffer), m0, m1, level_);
-  }
-
-  // Rows [m0, m1) × panels [p0, p1) of an expert's projection (n rows prepared in `buffer`) into
-  // y, on the streaming or the tile micro-kernel by the expert's row count.
-  void run_kernel(const PackedLinear& w, int64_t n, char* buffer, const OutputView& y, int64_t m0,
-                  int64_t m1, int64_t p0, int64_t p1) const {
-    const bool large = on_tiles(n);
-    if (mode_ == Mode::a16) {
-      A16Call call{&w, a16_view(w, n, buffer), y, n};
-      call.dequantize_b = n >= dequant_m_;
-      (large ? kernels_.a16_large : kernels_.a16_small)(call, m0, m1, p0, p1);
-    } else {
-      A8Call call{&w, a8_view(w, n, buffer), y, n};
-      (large ? kernels_.a8_large : kernels_.a8_small)(call, m0, m1, p0, p1);
-    }
-  }
-
-  // Step 1: each expert's token rows, prepared for its w13.
-  void gather_w13_inputs(Call& c) const {
-    plan_activations(c, Projection::w13);
-    if (shared13_)
-      gather_prepared_tokens(c);
-    else
-      gather_then_prepare(c);
-  }
-
-  // Every w13 takes the same slot layout: convert (A16) or quantize (A8) each token once, then
-  // copy its prepared row to each expert it is routed to.
-  void gather_prepared_tokens(const Call& c) const {
-    const sdk::Matrix& x = c.args.x;
-    const int64_t M = c.args.M;
-    const PackedLinear& w0 = *experts_[0].w13;
-    char* tokens = c.ws + c.lay.tokens;
-    run_tasks(c.row_threads, (M + kRowPad - 1) / kRowPad, [&](int64_t b) {
-      fill_activations(x, w0, tokens, M, b * kRowPad, std::min(M, (b + 1) * kRowPad));
-    });
-    run_tasks(c.row_threads, int64_t(c.plan.fills.size()), [&](int64_t i) {
-      const RowTask& t = c.plan.fills[size_t(i)];
-      const int64_t n = c.rows_of(t.expert);
-      const PackedLinear& w = weight_of(t.expert, Projection::w13);
-      const int64_t* source = c.plan.routing.row_token.data() + c.first_row(t.expert);
-      char* buffer = c.activations_of(t.expert);
-      if (mode_ == Mode::a16)
-        a16_gather(a16_view(w0, M, tokens), source, n, a16_view(w, n, buffer), t.m0, t.m1);
-      else
-        a8_gather(a8_view(w0, M, tokens), source, n, a8_view(w, n, buffer), t.m0, t.m1);
-    });
-  }
-
-  // Per-expert slot layouts (act-order with different permutations): each expert's rows are
-  // gathered in x's dtype, then prepared for that expert.
-  void gather_then_prepare(const Call& c) const {
-    const sdk::Matrix& x = c.args.x;
-    const size_t xb = sdk::dtype_bytes(x.dtype);
-    char* gathered = c.ws + c.lay.gathered_x;  // [rows][K] in x's dtype
-    run_tasks(c.row_threads, int64_t(c.plan.fills.size()), [&](int64_t i) {
-      const RowTask& t = c.plan.fills[size_t(i)];
-      const int64_t n = c.rows_of(t.expert), base = c.first_row(t.expert);
-      for (int64_t m = t.m0; m < std::min(t.m1, n); ++m)
-        std::memcpy(gathered + size_t(base + m) * size_t(K_) * xb,
-                    x.row<char>(c.plan.routing.row_token[size_t(base + m)]), size_t(K_) * xb);
-      sdk::Matrix xe{gathered + size_t(base) * size_t(K_) * xb, x.dtype, n, K_, K_};
-      fill_activations(xe, weight_of(t.expert, Projection::w13), c.activations_of(t.expert), n,
-                       t.m0, t.m1);
-    });
-  }
-
-  // Step 2: gate and up for every routed row in fp32 (h itself when the panels are interleaved).
-  void compute_gate_up(Call& c) const {
-    if (interleaved_)
-      project_w13_silu(c);
-    else
-      project(c, Projection::w13, c.gate_up, 2 * I_);
-  }
-
-  // One projection's GEMM into fp32 rows of `out` (row stride ld).
-  void project(Call& c, Projection p, float* out, int64_t ld) const {
-    plan_gemm(c, p);
-    run_pieces(c.threads, c.plan.pieces.size(), [&](int64_t i) {
-      for (const GemmTask& t : c.plan.pieces[i]) {
-        const PackedLinear& w = weight_of(t.expert, p);
-        OutputView y{reinterpret_cast<char*>(out + c.first_row(t.expert) * ld), ld,
-                     sdk::dtype_f32(), w.N};
-        run_kernel(w, c.rows_of(t.expert), c.activations_of(t.expert), y, t.m0, t.m1, t.p0, t.p1);
-      }
-    });
-  }
-
-  // w13's GEMM with silu(gate)·up applied to each block while it is in cache: h [rows][I].
-  void project_w13_silu(Call& c) const {
-    plan_gemm(c, Projection::w13);
-    float* h = c.gate_up;
-    run_pieces(c.threads, c.plan.pieces.size(), [&](int64_t i) {
-      // Per thread, kept between calls: 128 KiB is above malloc's mmap threshold, and a fresh
-      // mapping per piece cost page faults and zeroing on every call (seen in perf).
-      thread_local std::vector<float> block;
-      if (block.size() < size_t(kTaskRows * kSiluPanels * kPanel))
-        block.resize(size_t(kTaskRows * kSiluPanels * kPanel));
-      for (const GemmTask& t : c.plan.pieces[i]) {
-        const int64_t n = c.rows_of(t.expert), base = c.first_row(t.expert);
-        const PackedLinear& w = *experts_[size_t(t.expert)].w13;
-        char* buffer = c.activations_of(t.expert);
-        for (int64_t pb = t.p0; pb < t.p1; pb += kSiluPanels) {
-          const int64_t pe = std::min(t.p1, pb + kSiluPanels), ld = (pe - pb) * kPanel;
-          OutputView y{reinterpret_cast<char*>(block.data()), ld, sdk::dtype_f32(), w.N};
-          y.row0 = t.m0;
-          y.col0 = pb * kPanel;
-          run_kernel(w, n, buffer, y, t.m0, t.m1, pb, pe);
-          for (int64_t m = t.m0; m < t.m1; ++m) {
-            const float* v = block.data() + (m - t.m0) * ld;
-            float* out = h + (base + m) * I_ + pb / 2 * kPanel;
-            for (int64_t pair = 0; pair < (pe - pb) / 2; ++pair)
-              for (int lane = 0; lane < kPanel; ++lane)
-                out[pair * kPanel + lane] =
-                    silu_times(v[2 * pair * kPanel + lane], v[(2 * pair + 1) * kPanel + lane]);
-          }
-        }
-      }
-    });
-  }
-
-  // Step 3: h = silu(gate) · up in fp32 (unless step 2 made it), prepared for w2.
-  void prepare_w2_inputs(Call& c) const {
-    plan_activations(c, Projection::w2);
-    run_tasks(c.row_threads, int64_t(c.plan.fills.size()), [&](int64_t i) {
-      const RowTask& t = c.plan.fills[size_t(i)];
-      const int64_t n = c.rows_of(t.expert), base = c.first_row(t.expert);
-      if (!interleaved_)
-        for (int64_t m = t.m0; m < std::min(t.m1, n); ++m) {
-          float* g = c.gate_up + (base + m) * 2 * I_;
-          for (int64_t col = 0; col < I_; ++col) g[col] = silu_times(g[col], g[I_ + col]);
-        }
-      sdk::Matrix he{reinterpret_cast<char*>(c.gate_up + base * c.h_stride), sdk::dtype_f32(), n,
-                     I_, c.h_stride};
-      fill_activations(he, weight_of(t.expert, Projection::w2), c.activations_of(t.expert), n, t.m0,
-                       t.m1);
-    });
-  }
-
-  // Step 5: y[m] = Σ_j weight[m, j] · down[row of (m, j)], in slot order, fp32, rounded once.
-  void combine_slots(const Call& c) const {
-    const sdk::ForwardArgs& a = c.args;
-    const int64_t M = a.M;
-    run_tasks(c.row_threads, (M + kCombineRows - 1) / kCombineRows, [&](int64_t b) {
-      thread_local std::vector<float> acc;
-      acc.resize(size_t(K_));
-      for (int64_t m = b * kCombineRows; m < std::min(M, (b + 1) * kCombineRows); ++m) {
-        std::fill(acc.begin(), acc.end(), 0.f);
-        for (int64_t j = 0; j < top_k_; ++j) {
-          const int64_t r = c.plan.routing.slot_row[size_t(m * top_k_ + j)];
-          if (r < 0) continue;
-          const float weight = a.topk_weights.get(m, j);
-          const float* d = c.down + r * K_;
-          for (int64_t k = 0; k < K_; ++k) acc[size_t(k)] += weight * d[k];
-        }
-        store_row(a.y, m, acc.data());
-      }
-    });
-  }
-
-  bool interleaved_;  ///< w13's gate and up panels alternate (pack_w13_interleaved)
-  Mode mode_;
-  std::vector<PackedExpert> experts_;
-  int64_t K_, I_, top_k_;
-  IsaLevel level_;
-  MicroKernels kernels_;
-  int64_t small_m_;
-  int64_t dequant_m_;
-  int64_t kp13_ = 0, kp2_ = 0, chunks13_ = 0, chunks2_ = 0;
-  bool shared13_ = true;  ///< every expert's w13 takes the same activation slot layout
-};
-
 class MoeKernel final : public sdk::Kernel {
  public:
-  explicit MoeKernel(Mode mode) : mode_(mode) {}
+  explicit MoeKernel(MoeMode mode) : mode_(mode) {}
 
   sdk::KernelInfo info() const override {
     sdk::KernelInfo i;
     i.op = NIBBLE_OP_MOE;
-    if (mode_ == Mode::a16) {
+    if (mode_ == MoeMode::a16) {
       // x and h are rounded to bf16 once each (two chained linear_a16 projections); fp32 sums.
       i.name = "moe_a16";
       i.priority = 100;
@@ -509,7 +49,7 @@ class MoeKernel final : public sdk::Kernel {
 
   std::string why_not(const nibble_layer_desc& d) const override {
     if (d.op != NIBBLE_OP_MOE) return "only Mixture-of-Experts layers (op MOE)";
-    if (std::string why = quantized_mode_limits(d, mode_ == Mode::a16); !why.empty()) return why;
+    if (std::string why = quantized_mode_limits(d, mode_ == MoeMode::a16); !why.empty()) return why;
     if (d.activation != NIBBLE_ACT_SILU)
       return "activation " + std::to_string(d.activation) + ": only silu(gate) · up is implemented";
     if (d.num_experts < 1) return "no experts";
@@ -542,19 +82,20 @@ class MoeKernel final : public sdk::Kernel {
               interleave ? pack_w13_interleaved(w13, threads) : pack_linear(w13, threads),
               pack_linear(w2, threads)};
         });
-    return std::make_unique<MoePrepared>(mode_, std::move(experts), d.K, d.N, d.top_k, isa.level,
-                                         interleave);
+    return make_moe_prepared(mode_, std::move(experts), d.K, d.N, d.top_k, isa.level, interleave);
   }
 
  private:
-  Mode mode_;
+  MoeMode mode_;
 };
 
 }  // namespace
 
 std::unique_ptr<sdk::Kernel> make_moe_a16_kernel() {
-  return std::make_unique<MoeKernel>(Mode::a16);
+  return std::make_unique<MoeKernel>(MoeMode::a16);
 }
-std::unique_ptr<sdk::Kernel> make_moe_a8_kernel() { return std::make_unique<MoeKernel>(Mode::a8); }
+std::unique_ptr<sdk::Kernel> make_moe_a8_kernel() {
+  return std::make_unique<MoeKernel>(MoeMode::a8);
+}
 
 }  // namespace nibble::cpu_amx
