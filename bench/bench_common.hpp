@@ -34,6 +34,10 @@ struct Options {
   /// every CPU the process may run on.
   std::vector<int> threads = {default_thread_count()};
   int bits = 4, group = 128, rounds = 7;
+  /// Calls per timed sample: each sample runs this many calls back to back, each on the next
+  /// cold copy, and divides (a model's layers run back to back; 1 times lone calls after the
+  /// limit probes, which also pay for waking parked workers).
+  int burst = 8;
   double min_seconds = 0.3;
   bool dispatch = false;          ///< run the per-call cost probe instead (dispatch_probe.cpp)
   int64_t dispatch_calls = 2000;  ///< the probe's calls per layer, at least
@@ -71,6 +75,14 @@ double seconds_of(F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Seconds per call of `calls` back-to-back calls of f.
+template <class F>
+double seconds_per_call(int calls, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
 }
 
 /// n normal(0, 1) values rounded to bf16.
@@ -150,6 +162,7 @@ inline nlohmann::json run_header(const Options& o, const std::string& probe, siz
   out["thread_counts"] = o.threads;
   out["l3_bytes"] = l3;
   out["cold_bytes"] = cold;
+  out["calls_per_sample"] = o.burst;
   out["cases"] = nlohmann::json::array();
   return out;
 }

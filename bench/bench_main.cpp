@@ -117,16 +117,18 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         std::vector<double> tk, td, ratio, tr, ratio_ref;
         LimitSamples limits;
         interleaved_rounds(o, threads, bandwidth, amx, mode, limits, [&] {
-          const double a = seconds_of(
-              [&] { layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, threads, ws); });
+          const double a = seconds_per_call(o.burst, [&] {
+            layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, threads, ws);
+          });
           tk.push_back(a);
           if (dense) {
-            const double b = seconds_of([&] { dense->run(int(cd++), x.data(), yd.data(), M); });
+            const double b =
+                seconds_per_call(o.burst, [&] { dense->run(int(cd++), x.data(), yd.data(), M); });
             td.push_back(b);
             ratio.push_back(b / a);
           }
           if (with_ref) {
-            const double c = seconds_of([&] {
+            const double c = seconds_per_call(o.burst, [&] {
               ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, threads,
                                                             ws_ref);
             });
@@ -204,8 +206,9 @@ int run_linear(const Options& o) {
   const bool amx = amx_usable();
   std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
   std::printf(
-      "threads %s, L3 %.0f MiB, cold rotation over >= %.0f MiB of weight copies, AMX peaks %s\n",
-      thread_list(o).c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20),
+      "threads %s, L3 %.0f MiB, cold rotation over >= %.0f MiB of weight copies, %d calls per "
+      "sample, AMX peaks %s\n",
+      thread_list(o).c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20), o.burst,
       amx ? "measured" : "not available");
   // The second backend, when its plugin is there (npu_ref by default).
   std::unique_ptr<Plugin> other;

@@ -18,7 +18,8 @@ namespace {
 const char* kUsage =
     "usage: nibble bench [--plugin-dir DIR] [--backend NAME] [--shapes KxN,...] [--m 1,4,...]\n"
     "         [--modes w4a16,w4a8] [--bits 4|8] [--group G] [--threads T,...] [--rounds R]\n"
-    "         [--min-seconds S] [--cold-mib MIB] [--no-onednn] [--no-warm] [--json FILE]\n"
+    "         [--min-seconds S] [--cold-mib MIB] [--burst B] [--no-onednn] [--no-warm]\n"
+    "         [--json FILE]\n"
     "         [--baseline NAME|none] [--baseline-max-m M] [--report DIR [--from FILE.json]]\n"
     "         [--moe mixtral,qwen3,deepseek]\n"
     "         [--dispatch [--dispatch-calls N] [--dispatch-seconds S] [--dispatch-gap-us U]]\n"
@@ -26,6 +27,9 @@ const char* kUsage =
     "bandwidth and AMX peaks and against oneDNN's bf16 matmul, interleaved, with cold weights\n"
     "(copies totalling at least twice the L3 cache unless --cold-mib says otherwise). A second\n"
     "backend (npu_ref by default) is timed in the same rounds for M up to --baseline-max-m (64).\n"
+    "Each timed sample is --burst (8) back-to-back calls, each on the next cold copy, divided by\n"
+    "their count, as a model's layers run; --burst 1 times lone calls after the limit probes,\n"
+    "which also pay for waking the backend's parked workers.\n"
     "--threads takes one count or a list (1,2,4,8,16): every case runs at each count, with the\n"
     "limits measured at that count; the default is every CPU the process may use. At its end the\n"
     "bench prints the performance targets, evaluated at the highest count, met or not met.\n"
@@ -112,6 +116,8 @@ bool parse_options(int argc, char** argv, Options& o, std::string& err) {
         o.threads.erase(std::unique(o.threads.begin(), o.threads.end()), o.threads.end());
       } else if (a == "--rounds")
         o.rounds = int(parse_integer(value(), 3, 200, "--rounds"));
+      else if (a == "--burst")
+        o.burst = int(parse_integer(value(), 1, 64, "--burst"));
       else if (a == "--min-seconds")
         o.min_seconds = parse_real(value(), 0, 3600, "--min-seconds");
       else if (a == "--cold-mib")

@@ -262,13 +262,13 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
         std::vector<double> t_fused, t_loop, t_dense, r_loop, r_dense;
         LimitSamples limits;
         interleaved_rounds(o, threads, bandwidth, amx, mode, limits, [&] {
-          const double a = seconds_of(call_fused);
-          const double b = seconds_of(call_loop);
+          const double a = seconds_per_call(o.burst, call_fused);
+          const double b = seconds_per_call(o.burst, call_loop);
           t_fused.push_back(a);
           t_loop.push_back(b);
           r_loop.push_back(b / a);
           if (o.onednn) {
-            const double d = seconds_of(call_dense);
+            const double d = seconds_per_call(o.burst, call_dense);
             t_dense.push_back(d);
             r_dense.push_back(d / a);
           }
@@ -340,9 +340,9 @@ int run_moe(const Options& o) {
   const bool amx = amx_usable();
   std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
   std::printf(
-      "threads %s, L3 %.0f MiB, each variant cycles over >= %.0f MiB of layer copies, AMX peaks "
-      "%s\n",
-      thread_list(o).c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20),
+      "threads %s, L3 %.0f MiB, each variant cycles over >= %.0f MiB of layer copies, %d calls "
+      "per sample, AMX peaks %s\n",
+      thread_list(o).c_str(), double(l3) / (1 << 20), double(cold) / (1 << 20), o.burst,
       amx ? "measured" : "not available");
   nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
   LimitsByThreads limits;

@@ -26,12 +26,21 @@ using nibble::test::read_json;
 TEST(LinearBench, RunsEveryCaseAtEachThreadCountAndEvaluatesTheTargets) {
   const fs::path json = fs::temp_directory_path() / "nibble_linear_bench_test.json";
   fs::remove(json);
-  ASSERT_EQ(bench({"--plugin-dir", NIBBLE_PLUGIN_BUILD_DIR, "--shapes", "256x256,128x384", "--m",
-                   "1,4,16", "--threads", "2,1", "--rounds", "3", "--min-seconds", "0",
-                   "--cold-mib", "4", "--baseline", "none", "--no-warm", "--json", json.string()}),
+  ASSERT_EQ(bench({"--plugin-dir",  NIBBLE_PLUGIN_BUILD_DIR,
+                   "--shapes",      "256x256,128x384",
+                   "--m",           "1,4,16",
+                   "--threads",     "2,1",
+                   "--rounds",      "3",
+                   "--min-seconds", "0",
+                   "--cold-mib",    "4",
+                   "--burst",       "2",
+                   "--baseline",    "none",
+                   "--no-warm",     "--json",
+                   json.string()}),
             0);
   const nlohmann::json out = read_json(json);
   fs::remove(json);
+  EXPECT_EQ(out.at("calls_per_sample"), 2);
   EXPECT_EQ(out.at("thread_counts"), nlohmann::json({1, 2}));  // sorted
   EXPECT_EQ(out.at("threads"), 2);
   ASSERT_EQ(out.at("cases").size(), 2u * 2u * 3u * 2u);  // threads × shapes × modes × M
@@ -119,6 +128,8 @@ TEST(LinearBench, ABadNumberNamesTheOptionTheValueAndTheRange) {
       {{"--m", "1,4x"}, "--m: '4x' is not a whole number in [1, 1048576]"},
       {{"--rounds", "2"}, "--rounds: '2' is not a whole number in [3, 200]"},
       {{"--min-seconds", "-1"}, "--min-seconds: '-1' is not a number in [0, 3600]"},
+      {{"--burst", "0"}, "--burst: '0' is not a whole number in [1, 64]"},
+      {{"--burst", "65"}, "--burst: '65' is not a whole number in [1, 64]"},
       {{"--shapes", "64x0"}, "--shapes N of 64x0: '0' is not a whole number in [1, 1048576]"},
       {{"--bits", "5"}, "--bits: '5' is not 4 or 8"},
   };
