@@ -7,6 +7,7 @@
 
 #include <nibble/untrusted_text.hpp>
 
+#include "checkpoint_errors.hpp"
 #include "io/regular_file.hpp"
 #include "json/untrusted_json.hpp"
 #include "text/name_text.hpp"
@@ -90,39 +91,41 @@ nibble_dense_weight DenseTensor::view() const {
 }
 
 Checkpoint Checkpoint::open(const std::filesystem::path& path) {
-  namespace fs = std::filesystem;
-  Checkpoint cp;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    cp.dir_ = path;
-    if (fs::exists(path / "model.safetensors.index.json", ec)) {
-      cp.store_ = TensorStore::open(path / "model.safetensors.index.json");
-    } else if (fs::exists(path / "model.safetensors", ec)) {
-      cp.store_ = TensorStore::open(path / "model.safetensors");
+  return detail::as_checkpoint_error([&] {
+    namespace fs = std::filesystem;
+    Checkpoint cp;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      cp.dir_ = path;
+      if (fs::exists(path / "model.safetensors.index.json", ec)) {
+        cp.store_ = TensorStore::open(path / "model.safetensors.index.json");
+      } else if (fs::exists(path / "model.safetensors", ec)) {
+        cp.store_ = TensorStore::open(path / "model.safetensors");
+      } else {
+        throw Error(
+            fmt::format("checkpoint directory {} has neither model.safetensors nor "
+                        "model.safetensors.index.json",
+                        path_text(path)));
+      }
+    } else if (fs::exists(path, ec)) {
+      // Opening refuses anything but a regular file (a FIFO, a device) without blocking.
+      cp.dir_ = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+      cp.store_ = TensorStore::open(path);
     } else {
-      throw Error(
-          fmt::format("checkpoint directory {} has neither model.safetensors nor "
-                      "model.safetensors.index.json",
-                      path_text(path)));
+      throw Error(fmt::format("no checkpoint at {} (expected a directory or a .safetensors file)",
+                              path_text(path)));
     }
-  } else if (fs::exists(path, ec)) {
-    // Opening refuses anything but a regular file (a FIFO, a device) without blocking.
-    cp.dir_ = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-    cp.store_ = TensorStore::open(path);
-  } else {
-    throw Error(fmt::format("no checkpoint at {} (expected a directory or a .safetensors file)",
-                            path_text(path)));
-  }
-  fs::path config = cp.dir_ / "config.json";
-  if (fs::exists(config, ec) || fs::is_symlink(config, ec)) {
-    const std::string text = detail::read_regular_file(config, 16u << 20, "checkpoint config");
-    cp.config_ = detail::parse_json(text, path_text(config));
-    if (!cp.config_.is_object())
-      throw Error(fmt::format("{}: expected a JSON object", path_text(config)));
-  }
-  cp.quant_ = load_quant_config(cp.dir_);
-  cp.discover();
-  return cp;
+    fs::path config = cp.dir_ / "config.json";
+    if (fs::exists(config, ec) || fs::is_symlink(config, ec)) {
+      const std::string text = detail::read_regular_file(config, 16u << 20, "checkpoint config");
+      cp.config_ = detail::parse_json(text, path_text(config));
+      if (!cp.config_.is_object())
+        throw Error(fmt::format("{}: expected a JSON object", path_text(config)));
+    }
+    cp.quant_ = load_quant_config(cp.dir_);
+    cp.discover();
+    return cp;
+  });
 }
 
 Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {

@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "checkpoint_errors.hpp"
 #include "text/name_text.hpp"
 
 namespace nibble {
@@ -249,53 +250,57 @@ const Checkpoint::QuantLayer& Checkpoint::quant_layer(const std::string& prefix)
   auto it = quantized_.find(prefix);
   if (it != quantized_.end()) return it->second;
   if (dense_.count(prefix)) {
-    throw Error(fmt::format("layer {} in {} is dense (not quantized); use dense_weight()",
-                            q(prefix), store_.source()));
+    throw InvalidArgument(fmt::format("layer {} in {} is dense (not quantized); use dense_weight()",
+                                      q(prefix), store_.source()));
   }
-  throw Error(fmt::format("no quantized layer {} in {} (no tensor {})", q(prefix), store_.source(),
-                          q(prefix + ".qweight")));
+  throw InvalidArgument(fmt::format("no quantized layer {} in {} (no tensor {})", q(prefix),
+                                    store_.source(), q(prefix + ".qweight")));
 }
 
 const Checkpoint::MoeBlock& Checkpoint::moe_block(const std::string& prefix) const {
   auto it = moe_.find(prefix);
   if (it == moe_.end())
-    throw Error(fmt::format("no MoE block {} in {}", q(prefix), store_.source()));
+    throw InvalidArgument(fmt::format("no MoE block {} in {}", q(prefix), store_.source()));
   return it->second;
 }
 
 CanonicalWeight Checkpoint::decode_linear(const std::string& prefix) const {
   const QuantLayer& l = quant_layer(prefix);
-  return get_scheme(l.kind).decode(l.tensors, l.params);
+  return detail::as_checkpoint_error(
+      [&] { return get_scheme(l.kind).decode(l.tensors, l.params); });
 }
 
 DenseTensor Checkpoint::dense_weight(const std::string& prefix) const {
   auto it = dense_.find(prefix);
   if (it != dense_.end()) return it->second.tensor;
   if (quantized_.count(prefix)) {
-    throw Error(fmt::format("layer {} in {} is quantized; use decode_linear()", q(prefix),
-                            store_.source()));
+    throw InvalidArgument(fmt::format("layer {} in {} is quantized; use decode_linear()", q(prefix),
+                                      store_.source()));
   }
-  throw Error(fmt::format("no dense layer {} in {} (no 2-D float tensor {})", q(prefix),
-                          store_.source(), q(prefix + ".weight")));
+  throw InvalidArgument(fmt::format("no dense layer {} in {} (no 2-D float tensor {})", q(prefix),
+                                    store_.source(), q(prefix + ".weight")));
 }
 
 std::pair<CanonicalWeight, CanonicalWeight> Checkpoint::decode_expert(const std::string& moe_prefix,
                                                                       int e) const {
   const MoeBlock& b = moe_block(moe_prefix);
   if (e < 0 || e >= b.info.num_experts) {
-    throw Error(fmt::format("MoE block {}: expert {} is outside [0, {})", q(moe_prefix), e,
-                            b.info.num_experts));
+    throw InvalidArgument(fmt::format("MoE block {}: expert {} is outside [0, {})", q(moe_prefix),
+                                      e, b.info.num_experts));
   }
   const auto& ex = b.experts[size_t(e)];
   if (b.info.scheme == "dense") {
-    throw Error(fmt::format("MoE block {}: experts are not quantized (dense {})", q(moe_prefix),
-                            q(ex[0] + ".weight")));
+    throw Unsupported(fmt::format("MoE block {}: experts are not quantized (dense {})",
+                                  q(moe_prefix), q(ex[0] + ".weight")));
   }
   CanonicalWeight gate = decode_linear(ex[0]);
   CanonicalWeight up = decode_linear(ex[1]);
   CanonicalWeight down = decode_linear(ex[2]);
-  return {fuse_w13(std::move(gate), up, fmt::format("MoE block {} expert {}", q(moe_prefix), e)),
-          std::move(down)};
+  return detail::as_checkpoint_error([&] {
+    return std::pair{
+        fuse_w13(std::move(gate), up, fmt::format("MoE block {} expert {}", q(moe_prefix), e)),
+        std::move(down)};
+  });
 }
 
 }  // namespace nibble

@@ -32,6 +32,7 @@ struct ExpertFeed {
   const Checkpoint* ckpt;
   std::string prefix;
   std::map<int, std::pair<CanonicalWeight, CanonicalWeight>> live;
+  bool failed = false;  // an expert could not be decoded from the checkpoint
 
   static nibble_status get(void* ctx, int32_t e, nibble_canonical_weight* w13,
                            nibble_canonical_weight* w2, nibble_error* error) {
@@ -42,6 +43,7 @@ struct ExpertFeed {
       *w2 = slot.second.view();
       return NIBBLE_OK;
     } catch (const std::exception& ex) {
+      self->failed = true;
       if (error && error->struct_size > offsetof(nibble_error, message)) {
         std::snprintf(error->message, sizeof error->message, "%s", ex.what());
       }
@@ -68,8 +70,8 @@ nibble_layer_desc Runtime::describe_experts(const MoeInfo& info, int top_k,
   d.has_bias = 0;
   const std::optional<DType> scales = parse_dtype(info.dtype);
   if (!scales)
-    throw Error("MoE block " + detail::name_text(info.prefix) + ": scales dtype " +
-                detail::name_text(info.dtype) + " is not one of F16, BF16, F32");
+    throw CheckpointError("MoE block " + detail::name_text(info.prefix) + ": scales dtype " +
+                          detail::name_text(info.dtype) + " is not one of F16, BF16, F32");
   d.weight_dtype = to_dlpack(*scales);
   d.numeric_mode = numeric_mode();
   d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
@@ -94,9 +96,9 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
     for (size_t i = 0; i < blocks.size() && i < 8; ++i)
       known += "\n  " + escape_untrusted(blocks[i].prefix, 200);
     if (blocks.size() > 8) known += "\n  ... (" + std::to_string(blocks.size() - 8) + " more)";
-    throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
-                " has no MoE block '" + detail::name_text(prefix) + "'" +
-                (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
+    throw InvalidArgument("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
+                          " has no MoE block '" + detail::name_text(prefix) + "'" +
+                          (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   const MoeInfo& info = *it;
   MoeLayer layer;
@@ -104,35 +106,35 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   layer.hidden_ = info.hidden;
   layer.top_k_ = opt.top_k > 0 ? opt.top_k : info.top_k;
   if (layer.top_k_ <= 0)
-    throw Error("MoE block " + detail::name_text(prefix) +
-                ": top-k is unknown (config.json has no " +
-                "num_experts_per_tok); pass it (--top-k K)");
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) +
+                          ": top-k is unknown (config.json has no " +
+                          "num_experts_per_tok); pass it (--top-k K)");
   if (layer.top_k_ > info.num_experts)
-    throw Error("MoE block " + detail::name_text(prefix) + ": top-k " +
-                std::to_string(layer.top_k_) + " exceeds the " + std::to_string(info.num_experts) +
-                " experts");
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) + ": top-k " +
+                          std::to_string(layer.top_k_) + " exceeds the " +
+                          std::to_string(info.num_experts) + " experts");
   layer.renormalize_ = opt.renormalize.value_or(info.norm_topk_prob);
   std::string scoring = opt.scoring.empty() ? info.scoring : opt.scoring;
   if (scoring != "softmax" && scoring != "sigmoid")
-    throw Error("MoE block " + detail::name_text(prefix) + ": router scoring " +
-                detail::name_text(scoring) + " is not one of softmax, sigmoid");
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) + ": router scoring " +
+                          detail::name_text(scoring) + " is not one of softmax, sigmoid");
   layer.sigmoid_ = scoring == "sigmoid";
   if (info.scheme == "dense")
-    throw Error("MoE block " + detail::name_text(prefix) +
-                ": its experts are not quantized; nibble runs GPTQ/AWQ "
-                "experts only");
+    throw Unsupported("MoE block " + detail::name_text(prefix) +
+                      ": its experts are not quantized; nibble runs GPTQ/AWQ "
+                      "experts only");
   if (info.w13_bits != info.w2_bits)
-    throw Error("MoE block " + detail::name_text(prefix) + ": gate/up use " +
-                std::to_string(info.w13_bits) + " bits but down uses " +
-                std::to_string(info.w2_bits) + "; expected one width");
+    throw Unsupported("MoE block " + detail::name_text(prefix) + ": gate/up use " +
+                      std::to_string(info.w13_bits) + " bits but down uses " +
+                      std::to_string(info.w2_bits) + "; expected one width");
 
   layer.router_ = make_dense(*registry_, options_, ckpt, info.router_prefix, "router");
   if (layer.router_->desc().N != info.num_experts || layer.router_->desc().K != info.hidden)
-    throw Error("MoE block " + detail::name_text(prefix) + ": router " +
-                detail::name_text(info.router_prefix) + " is [" +
-                std::to_string(layer.router_->desc().N) + ", " +
-                std::to_string(layer.router_->desc().K) + "], expected [" +
-                std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
+    throw CheckpointError(
+        "MoE block " + detail::name_text(prefix) + ": router " +
+        detail::name_text(info.router_prefix) + " is [" + std::to_string(layer.router_->desc().N) +
+        ", " + std::to_string(layer.router_->desc().K) + "], expected [" +
+        std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
 
   const nibble_layer_desc d = describe_experts(info, layer.top_k_, prefix.c_str());
   Selection sel = registry_->select(d, options_.backend);
@@ -142,7 +144,7 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
     for (const auto& p : sel.passed_over) msg += "\n  " + p;
     log(LogLevel::Warning, "core", msg);
   }
-  ExpertFeed feed{&ckpt, prefix, {}};
+  ExpertFeed feed{&ckpt, prefix, {}, false};
   nibble_moe_source src{};
   src.struct_size = sizeof src;
   src.num_experts = info.num_experts;
@@ -152,7 +154,13 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   const nibble_weight_input in = sdk::host::experts_input(src);
   int threads = options_.threads > 0 ? options_.threads
                                      : int(std::max(1u, std::thread::hardware_concurrency()));
-  layer.experts_ = prepare_first_that_accepts(*registry_, sel, d, in, "experts", threads);
+  try {
+    layer.experts_ = prepare_first_that_accepts(*registry_, sel, d, in, "experts", threads);
+  } catch (const Error& e) {
+    // The plugin saw only a failed get_expert; the cause is the checkpoint's expert tensors.
+    if (feed.failed) throw CheckpointError(e.what());
+    throw;
+  }
   return layer;
 }
 
@@ -228,8 +236,8 @@ void MoeLayer::forward_routed(const DLTensor& x, const DLTensor& topk_ids,
   for (const DLTensor* t : {&topk_ids, &topk_weights}) {
     const char* what = t == &topk_ids ? "topk_ids" : "topk_weights";
     if (t->ndim != 2 || !t->shape || t->shape[0] != M || t->shape[1] != top_k_)
-      throw Error("layer " + name + ": " + what + " must be [" + std::to_string(M) + ", " +
-                  std::to_string(top_k_) + "]");
+      throw InvalidArgument("layer " + name + ": " + what + " must be [" + std::to_string(M) +
+                            ", " + std::to_string(top_k_) + "]");
   }
   experts_->forward(x, y, &topk_ids, &topk_weights);
 }

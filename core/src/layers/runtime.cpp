@@ -58,8 +58,8 @@ std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const Runt
 
 LinearLayer Runtime::dense(const std::string& name, const nibble_dense_weight& w) const {
   if (w.K <= 0 || w.N <= 0 || !w.data || !sdk::is_float_dtype(w.dtype))
-    throw Error("dense layer " + detail::name_text(name) +
-                ": expected a non-empty f32, f16 or bf16 weight [N][K]");
+    throw InvalidArgument("dense layer " + detail::name_text(name) +
+                          ": expected a non-empty f32, f16 or bf16 weight [N][K]");
   const nibble_layer_desc d = sdk::host::dense_desc(w, name.c_str());
   Selection sel = registry_->select(d, options_.backend);
   warn_fallback(sel, name, "dense");
@@ -79,9 +79,9 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
     for (size_t i = 0; i < layers.size() && i < 8; ++i)
       known += "\n  " + escape_untrusted(layers[i].prefix, 200);
     if (layers.size() > 8) known += "\n  ... (" + std::to_string(layers.size() - 8) + " more)";
-    throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
-                " has no linear layer '" + detail::name_text(prefix) + "'" +
-                (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
+    throw InvalidArgument("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
+                          " has no linear layer '" + detail::name_text(prefix) + "'" +
+                          (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   if (it->kind == LayerKind::Dense) {
     layer.op_ = make_dense(*registry_, options_, ckpt, prefix, "dense");
