@@ -7,9 +7,10 @@
 
 #include <nibble/untrusted_text.hpp>
 
-#include "checkpoint_errors.hpp"
+#include "error_kind.hpp"
 #include "io/regular_file.hpp"
 #include "json/untrusted_json.hpp"
+#include "schemes/stored_zeros.hpp"
 #include "text/name_text.hpp"
 
 namespace nibble {
@@ -91,7 +92,7 @@ nibble_dense_weight DenseTensor::view() const {
 }
 
 Checkpoint Checkpoint::open(const std::filesystem::path& path) {
-  return detail::as_checkpoint_error([&] {
+  return detail::with_error_kind<CheckpointError>([&] {
     namespace fs = std::filesystem;
     Checkpoint cp;
     std::error_code ec;
@@ -183,14 +184,12 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
     }
   }
   // Stored zero values: symmetry, and suspect v1 nibbles (docs/formats.md#gptq-v1-zero-points).
-  auto hist = gptq_stored_zero_histogram(*t.qzeros, mq.bits, info.N);
-  int64_t total = 0;
-  for (int64_t c : hist) total += c;
-  const size_t half = size_t(1) << (mq.bits - 1);
-  const size_t stored_sym = layer.kind == SchemeKind::GptqV1 ? half - 1 : half;
-  info.symmetric = total > 0 && hist[stored_sym] == total;
+  const detail::StoredZeros zeros = detail::stored_zeros(*t.qzeros, layer.kind, mq.bits, info.N);
+  const int64_t total = zeros.total;
+  const std::vector<int64_t>& hist = zeros.histogram;
+  info.symmetric = zeros.symmetric;
   if (layer.kind == SchemeKind::GptqV1) {
-    info.stored_max_zeros = hist.back();
+    info.stored_max_zeros = zeros.v1_stored_max;
     if (info.stored_max_zeros > 0) {
       warnings_.push_back(fmt::format(
           "layer {}: {} of {} stored zero points in {} are {:#x}. gptq v1 stores zero - 1, so they "

@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <numeric>
 #include <thread>
 
+#include "moe_experts.hpp"
 #include "prepared_kernel.hpp"
 #include "text/name_text.hpp"
 
@@ -29,21 +31,20 @@ namespace {
 
 // Hands experts to the plugin one at a time; each lives from get_expert to put_expert.
 struct ExpertFeed {
-  const Checkpoint* ckpt;
-  std::string prefix;
+  const detail::ExpertDecoder* decode;
   std::map<int, std::pair<CanonicalWeight, CanonicalWeight>> live;
-  bool failed = false;  // an expert could not be decoded from the checkpoint
+  std::exception_ptr failure;  // the first expert that could not be decoded, and why
 
   static nibble_status get(void* ctx, int32_t e, nibble_canonical_weight* w13,
                            nibble_canonical_weight* w2, nibble_error* error) {
     auto* self = static_cast<ExpertFeed*>(ctx);
     try {
-      auto& slot = self->live[e] = self->ckpt->decode_expert(self->prefix, e);
+      auto& slot = self->live[e] = (*self->decode)(e);
       *w13 = slot.first.view();
       *w2 = slot.second.view();
       return NIBBLE_OK;
     } catch (const std::exception& ex) {
-      self->failed = true;
+      if (!self->failure) self->failure = std::current_exception();
       if (error && error->struct_size > offsetof(nibble_error, message)) {
         std::snprintf(error->message, sizeof error->message, "%s", ex.what());
       }
@@ -104,21 +105,11 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   MoeLayer layer;
   layer.num_experts_ = info.num_experts;
   layer.hidden_ = info.hidden;
-  layer.top_k_ = opt.top_k > 0 ? opt.top_k : info.top_k;
-  if (layer.top_k_ <= 0)
-    throw InvalidArgument("MoE block " + detail::name_text(prefix) +
-                          ": top-k is unknown (config.json has no " +
-                          "num_experts_per_tok); pass it (--top-k K)");
-  if (layer.top_k_ > info.num_experts)
-    throw InvalidArgument("MoE block " + detail::name_text(prefix) + ": top-k " +
-                          std::to_string(layer.top_k_) + " exceeds the " +
-                          std::to_string(info.num_experts) + " experts");
-  layer.renormalize_ = opt.renormalize.value_or(info.norm_topk_prob);
-  std::string scoring = opt.scoring.empty() ? info.scoring : opt.scoring;
-  if (scoring != "softmax" && scoring != "sigmoid")
-    throw InvalidArgument("MoE block " + detail::name_text(prefix) + ": router scoring " +
-                          detail::name_text(scoring) + " is not one of softmax, sigmoid");
-  layer.sigmoid_ = scoring == "sigmoid";
+  const detail::MoeRouting routing = detail::moe_routing(prefix, opt, info.num_experts, info.top_k,
+                                                         info.norm_topk_prob, info.scoring);
+  layer.top_k_ = routing.top_k;
+  layer.renormalize_ = routing.renormalize;
+  layer.sigmoid_ = routing.sigmoid;
   if (info.scheme == "dense")
     throw Unsupported("MoE block " + detail::name_text(prefix) +
                       ": its experts are not quantized; nibble runs GPTQ/AWQ "
@@ -135,16 +126,46 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
         detail::name_text(info.router_prefix) + " is [" + std::to_string(layer.router_->desc().N) +
         ", " + std::to_string(layer.router_->desc().K) + "], expected [" +
         std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
+  layer.experts_ = detail::prepare_experts(*this, info, layer.top_k_,
+                                           [&](int e) { return ckpt.decode_expert(prefix, e); });
+  return layer;
+}
 
-  const nibble_layer_desc d = describe_experts(info, layer.top_k_, prefix.c_str());
-  Selection sel = registry_->select(d, options_.backend);
+namespace detail {
+
+MoeRouting moe_routing(const std::string& prefix, const MoeOptions& opt, int num_experts,
+                       int default_top_k, bool default_renormalize,
+                       const std::string& default_scoring) {
+  MoeRouting r;
+  r.top_k = opt.top_k > 0 ? opt.top_k : default_top_k;
+  if (r.top_k <= 0)
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) +
+                          ": top-k is unknown (config.json has no " +
+                          "num_experts_per_tok); pass it (--top-k K)");
+  if (r.top_k > num_experts)
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) + ": top-k " +
+                          std::to_string(r.top_k) + " exceeds the " + std::to_string(num_experts) +
+                          " experts");
+  r.renormalize = opt.renormalize.value_or(default_renormalize);
+  const std::string scoring = opt.scoring.empty() ? default_scoring : opt.scoring;
+  if (scoring != "softmax" && scoring != "sigmoid")
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) + ": router scoring " +
+                          detail::name_text(scoring) + " is not one of softmax, sigmoid");
+  r.sigmoid = scoring == "sigmoid";
+  return r;
+}
+
+std::shared_ptr<const PreparedKernel> prepare_experts(const Runtime& rt, const MoeInfo& info,
+                                                      int top_k, const ExpertDecoder& decode) {
+  const nibble_layer_desc d = rt.describe_experts(info, top_k, info.prefix.c_str());
+  Selection sel = rt.registry().select(d, rt.options().backend);
   if (!sel.passed_over.empty()) {
-    std::string msg =
-        detail::name_text(prefix) + " (experts) runs on " + sel.kernel->full_name() + " because:";
-    for (const auto& p : sel.passed_over) msg += "\n  " + p;
+    std::string msg = detail::name_text(info.prefix) + " (experts) runs on " +
+                      escape_untrusted(sel.kernel->full_name(), 200) + " because:";
+    for (const auto& p : sel.passed_over) msg += "\n  " + escape_untrusted(p, 1000);
     log(LogLevel::Warning, "core", msg);
   }
-  ExpertFeed feed{&ckpt, prefix, {}, false};
+  ExpertFeed feed{&decode, {}, nullptr};
   nibble_moe_source src{};
   src.struct_size = sizeof src;
   src.num_experts = info.num_experts;
@@ -152,21 +173,29 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   src.get_expert = &ExpertFeed::get;
   src.put_expert = &ExpertFeed::put;
   const nibble_weight_input in = sdk::host::experts_input(src);
-  int threads = options_.threads > 0 ? options_.threads
-                                     : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = rt.options().threads > 0
+                          ? rt.options().threads
+                          : int(std::max(1u, std::thread::hardware_concurrency()));
   try {
-    layer.experts_ = prepare_first_that_accepts(*registry_, sel, d, in, "experts", threads);
-  } catch (const Error& e) {
-    // The plugin saw only a failed get_expert; the cause is the checkpoint's expert tensors.
-    if (feed.failed) throw CheckpointError(e.what());
+    return prepare_first_that_accepts(rt.registry(), sel, d, in, "experts", threads);
+  } catch (const Error&) {
+    // The plugin saw only a failed get_expert: the decoder's own error says what is wrong with
+    // which expert tensor, with its kind.
+    if (feed.failure) std::rethrow_exception(feed.failure);
     throw;
   }
-  return layer;
 }
+
+}  // namespace detail
 
 void MoeLayer::route(const DLTensor& x, std::vector<int32_t>& ids,
                      std::vector<float>& weights) const {
   const std::string& name = experts_->placement().layer;
+  if (!router_)
+    throw InvalidArgument(
+        "MoE block " + detail::name_text(name) +
+        " has no router (it was built from tensors without one): pass the routing to "
+        "forward_routed");
   int64_t M = check_activation(x, "input x", hidden_, name);
   const int E = num_experts_, k = top_k_;
   // Router logits in f32, whatever the activation dtype.
@@ -243,6 +272,7 @@ void MoeLayer::forward_routed(const DLTensor& x, const DLTensor& topk_ids,
 }
 
 std::vector<Placement> MoeLayer::placements() const {
+  if (!router_) return {experts_->placement()};
   return {router_->placement(), experts_->placement()};
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "error_kind.hpp"
 #include "prepared_kernel.hpp"
 #include "text/name_text.hpp"
 
@@ -28,6 +29,17 @@ void warn_fallback(const Selection& sel, const std::string& layer, const std::st
                     escape_untrusted(sel.kernel->full_name(), 200) + " because:";
   for (const auto& p : sel.passed_over) msg += "\n  " + escape_untrusted(p, 1000);
   log(LogLevel::Warning, "core", msg);
+}
+
+// Describe, select and prepare a quantized linear weight (from a checkpoint or an engine).
+std::shared_ptr<const PreparedKernel> prepare_quantized(const Runtime& rt, const CanonicalWeight& w,
+                                                        const std::string& name) {
+  nibble_layer_desc d = rt.describe(w, name.c_str());
+  Selection sel = rt.registry().select(d, rt.options().backend);
+  warn_fallback(sel, name, "linear");
+  const nibble_canonical_weight view = w.view();
+  return prepare_first_that_accepts(rt.registry(), sel, d, sdk::host::quantized_input(view),
+                                    "linear", effective_threads(rt.options().threads));
 }
 
 }  // namespace
@@ -88,13 +100,18 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
     return layer;
   }
   // The canonical weight lives only until the backend has repacked it.
-  CanonicalWeight w = ckpt.decode_linear(prefix);
-  nibble_layer_desc d = describe(w, prefix.c_str());
-  Selection sel = registry_->select(d, options_.backend);
-  warn_fallback(sel, prefix, "linear");
-  const nibble_canonical_weight view = w.view();
-  layer.op_ = prepare_first_that_accepts(*registry_, sel, d, sdk::host::quantized_input(view),
-                                         "linear", effective_threads(options_.threads));
+  layer.op_ = prepare_quantized(*this, ckpt.decode_linear(prefix), prefix);
+  return layer;
+}
+
+LinearLayer Runtime::linear_from_tensors(const std::string& name, const QuantTensors& tensors,
+                                         const QuantFormat& format) const {
+  LinearLayer layer;
+  // What the schemes find wrong here is wrong with the caller's tensors or format.
+  layer.op_ = prepare_quantized(*this, detail::with_error_kind<InvalidArgument>([&] {
+    return decode_tensors(name, tensors, format);
+  }),
+                                name);
   return layer;
 }
 
