@@ -2,6 +2,7 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <nibble/runtime.hpp>
 
 namespace nibble::python {
 
@@ -20,6 +21,8 @@ void bind_linear_layer(py::module_& m);
 void bind_moe_layer(py::module_& m);
 /// nibble.Runtime.
 void bind_runtime(py::module_& m);
+/// Runtime.linear_from_tensors, Runtime.moe_from_tensors and Runtime.dense.
+void bind_layers_from_tensors(py::class_<Runtime>& runtime);
 /// nibble._bench_cpp_loop, the C++ baseline of bench/python_overhead.py.
 void bind_bench(py::module_& m);
 

@@ -36,9 +36,13 @@ DLManagedTensor* consume(py::handle capsule, const char* what) {
   return managed;
 }
 
-// The producer's own message ("TypeError: ..."), for a __dlpack__ or __dlpack_device__ that
-// raised; the Python error itself is cleared when `e` goes.
-std::string producer_message(const py::error_already_set& e) { return e.what(); }
+// The producer's own exception ("TypeError: ..."), without pybind11's traceback, for a
+// __dlpack__ or __dlpack_device__ that raised; the Python error is cleared when `e` goes.
+std::string producer_message(const py::error_already_set& e) {
+  std::string type = "Exception";
+  if (e.type()) type = py::str(e.type().attr("__name__"));
+  return type + ": " + std::string(py::str(e.value()));
+}
 
 }  // namespace
 

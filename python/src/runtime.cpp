@@ -51,9 +51,11 @@ RuntimeOptions resolve_options(const std::optional<std::string>& backend,
 }  // namespace
 
 void bind_runtime(py::module_& m) {
-  py::class_<Runtime>(m, "Runtime",
-                      "Loads the backend plugins once and builds layers on them. A bad plugin is "
-                      "reported in backends()['files'], never raised.")
+  py::class_<Runtime> runtime(
+      m, "Runtime",
+      "Loads the backend plugins once and builds layers on them. A bad plugin is "
+      "reported in backends()['files'], never raised.");
+  runtime
       .def(py::init([](std::optional<std::string> backend, std::vector<std::string> plugin_dirs,
                        std::optional<int> threads, std::optional<std::string> mode,
                        std::optional<std::string> config,
@@ -118,6 +120,7 @@ void bind_runtime(py::module_& m) {
           py::arg("renormalize") = py::none(), py::arg("scoring") = py::none(),
           "Build MoE block `prefix` (router and experts). top_k, renormalize and scoring "
           "('softmax' or 'sigmoid') default to the checkpoint's config.");
+  bind_layers_from_tensors(runtime);
 }
 
 }  // namespace nibble::python
