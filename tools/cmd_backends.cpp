@@ -1,10 +1,10 @@
 // nibble backends [--json]: every plugin file looked at and its outcome, each backend's version,
 // availability with the probe's reason, and its kernels.
 #include <nibble/registry.hpp>
+#include <nibble/registry_report.hpp>
 #include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
 
@@ -12,46 +12,6 @@
 #include "commands.hpp"
 
 namespace {
-
-const char* op_label(int op) {
-  return op == NIBBLE_OP_LINEAR ? "linear" : op == NIBBLE_OP_DENSE ? "dense" : "moe";
-}
-
-nlohmann::json to_json(const nibble::Registry& reg) {
-  nlohmann::json j;
-  j["searched_dirs"] = nlohmann::json::array();
-  for (const auto& d : reg.searched_dirs())
-    j["searched_dirs"].push_back(nibble::escape_untrusted(d));
-  j["files"] = nlohmann::json::array();
-  for (const auto& r : reg.reports())
-    j["files"].push_back({{"path", nibble::escape_untrusted(r.path)},
-                          {"target", nibble::escape_untrusted(r.target)},
-                          {"loaded", r.ok},
-                          {"stage", nibble::stage_name(r.stage)},
-                          {"message", r.message},
-                          {"backend", r.backend}});
-  j["backends"] = nlohmann::json::array();
-  for (const auto& b : reg.backends()) {
-    nlohmann::json kb = nlohmann::json::array();
-    for (const auto& k : b.kernels)
-      kb.push_back(
-          {{"name", nibble::escape_untrusted(k.name)},
-           {"op", op_label(k.op)},
-           {"priority", k.priority},
-           {"mode", nibble::mode_name(k.mode)},
-           {"error_bound", {{"f32", k.bound_f32}, {"f16", k.bound_f16}, {"bf16", k.bound_bf16}}}});
-    j["backends"].push_back({{"name", nibble::escape_untrusted(b.name)},
-                             {"version", nibble::escape_untrusted(b.version)},
-                             {"vendor", nibble::escape_untrusted(b.vendor)},
-                             {"description", nibble::escape_untrusted(b.description)},
-                             {"file", nibble::escape_untrusted(b.file)},
-                             {"abi", fmt::format("{}.{}", b.abi_major, b.abi_minor)},
-                             {"available", b.available},
-                             {"probe", b.probe_detail},
-                             {"kernels", kb}});
-  }
-  return j;
-}
 
 void print_text(const nibble::Registry& reg) {
   fmt::print("Searched for plugins in:\n");
@@ -82,8 +42,8 @@ void print_text(const nibble::Registry& reg) {
       fmt::print(
           "    kernel {:<16} {:<7} priority {:<4} mode {:<20} bound f32 {:.0e} f16 {:.0e} bf16 "
           "{:.0e}\n",
-          nibble::escape_untrusted(k.name), op_label(k.op), k.priority, nibble::mode_name(k.mode),
-          k.bound_f32, k.bound_f16, k.bound_bf16);
+          nibble::escape_untrusted(k.name), nibble::op_label(k.op), k.priority,
+          nibble::mode_name(k.mode), k.bound_f32, k.bound_f16, k.bound_bf16);
   }
 }
 
@@ -113,7 +73,7 @@ int nibble_cmd_backends(int argc, char** argv) {
   }
   auto reg = nibble::Registry::load(nibble::cli::resolve_options(flags));
   if (json)
-    fmt::print("{}\n", to_json(*reg).dump(2));
+    fmt::print("{}\n", nibble::registry_report(*reg).dump(2));
   else
     print_text(*reg);
   return 0;

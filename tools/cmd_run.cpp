@@ -2,6 +2,7 @@
 // tensor from a safetensors file; the result is written as tensor "y" in the input's dtype.
 #include <nibble/error.hpp>
 #include <nibble/parse_number.hpp>
+#include <nibble/placement_text.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/safetensors.hpp>
 #include <nibble/untrusted_text.hpp>
@@ -69,14 +70,6 @@ RunArgs parse(std::vector<std::string>& args) {
                          {"--output", &r.output}})
     if (v->empty()) throw nibble::Error(std::string(flag) + " is required (see nibble run --help)");
   return r;
-}
-
-// Placements carry layer names from the checkpoint and plugin-chosen names: escaped as printed.
-void print_placement(const nibble::Placement& p) {
-  using nibble::escape_untrusted;
-  fmt::print("{} [{}]: {}/{}\n", escape_untrusted(p.layer, 200), escape_untrusted(p.part),
-             escape_untrusted(p.backend), escape_untrusted(p.kernel));
-  for (const auto& line : p.alternatives) fmt::print("    {}\n", escape_untrusted(line, 1000));
 }
 
 }  // namespace
@@ -179,7 +172,7 @@ int nibble_cmd_run(int argc, char** argv) {
                                  size_t(M * out_cols) * nibble::dtype_size(xv.dtype))};
   nibble::write_safetensors(r.output, {out});
   if (r.explain)
-    for (const auto& p : placements) print_placement(p);
+    for (const auto& p : placements) fmt::print("{}", nibble::placement_text(p));
   fmt::print("wrote y [{}, {}] {} to {}\n", M, out_cols, nibble::safetensors_dtype_name(xv.dtype),
              nibble::escape_untrusted(r.output, 400));
   return 0;

@@ -7,8 +7,10 @@
 
 #include <nibble/untrusted_text.hpp>
 
+#include "error_kind.hpp"
 #include "io/regular_file.hpp"
 #include "json/untrusted_json.hpp"
+#include "schemes/stored_zeros.hpp"
 #include "text/name_text.hpp"
 
 namespace nibble {
@@ -90,39 +92,41 @@ nibble_dense_weight DenseTensor::view() const {
 }
 
 Checkpoint Checkpoint::open(const std::filesystem::path& path) {
-  namespace fs = std::filesystem;
-  Checkpoint cp;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    cp.dir_ = path;
-    if (fs::exists(path / "model.safetensors.index.json", ec)) {
-      cp.store_ = TensorStore::open(path / "model.safetensors.index.json");
-    } else if (fs::exists(path / "model.safetensors", ec)) {
-      cp.store_ = TensorStore::open(path / "model.safetensors");
+  return detail::with_error_kind<CheckpointError>([&] {
+    namespace fs = std::filesystem;
+    Checkpoint cp;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      cp.dir_ = path;
+      if (fs::exists(path / "model.safetensors.index.json", ec)) {
+        cp.store_ = TensorStore::open(path / "model.safetensors.index.json");
+      } else if (fs::exists(path / "model.safetensors", ec)) {
+        cp.store_ = TensorStore::open(path / "model.safetensors");
+      } else {
+        throw Error(
+            fmt::format("checkpoint directory {} has neither model.safetensors nor "
+                        "model.safetensors.index.json",
+                        path_text(path)));
+      }
+    } else if (fs::exists(path, ec)) {
+      // Opening refuses anything but a regular file (a FIFO, a device) without blocking.
+      cp.dir_ = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+      cp.store_ = TensorStore::open(path);
     } else {
-      throw Error(
-          fmt::format("checkpoint directory {} has neither model.safetensors nor "
-                      "model.safetensors.index.json",
-                      path_text(path)));
+      throw Error(fmt::format("no checkpoint at {} (expected a directory or a .safetensors file)",
+                              path_text(path)));
     }
-  } else if (fs::exists(path, ec)) {
-    // Opening refuses anything but a regular file (a FIFO, a device) without blocking.
-    cp.dir_ = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-    cp.store_ = TensorStore::open(path);
-  } else {
-    throw Error(fmt::format("no checkpoint at {} (expected a directory or a .safetensors file)",
-                            path_text(path)));
-  }
-  fs::path config = cp.dir_ / "config.json";
-  if (fs::exists(config, ec) || fs::is_symlink(config, ec)) {
-    const std::string text = detail::read_regular_file(config, 16u << 20, "checkpoint config");
-    cp.config_ = detail::parse_json(text, path_text(config));
-    if (!cp.config_.is_object())
-      throw Error(fmt::format("{}: expected a JSON object", path_text(config)));
-  }
-  cp.quant_ = load_quant_config(cp.dir_);
-  cp.discover();
-  return cp;
+    fs::path config = cp.dir_ / "config.json";
+    if (fs::exists(config, ec) || fs::is_symlink(config, ec)) {
+      const std::string text = detail::read_regular_file(config, 16u << 20, "checkpoint config");
+      cp.config_ = detail::parse_json(text, path_text(config));
+      if (!cp.config_.is_object())
+        throw Error(fmt::format("{}: expected a JSON object", path_text(config)));
+    }
+    cp.quant_ = load_quant_config(cp.dir_);
+    cp.discover();
+    return cp;
+  });
 }
 
 Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
@@ -180,14 +184,12 @@ Checkpoint::QuantLayer Checkpoint::make_quant_layer(const std::string& prefix) {
     }
   }
   // Stored zero values: symmetry, and suspect v1 nibbles (docs/formats.md#gptq-v1-zero-points).
-  auto hist = gptq_stored_zero_histogram(*t.qzeros, mq.bits, info.N);
-  int64_t total = 0;
-  for (int64_t c : hist) total += c;
-  const size_t half = size_t(1) << (mq.bits - 1);
-  const size_t stored_sym = layer.kind == SchemeKind::GptqV1 ? half - 1 : half;
-  info.symmetric = total > 0 && hist[stored_sym] == total;
+  const detail::StoredZeros zeros = detail::stored_zeros(*t.qzeros, layer.kind, mq.bits, info.N);
+  const int64_t total = zeros.total;
+  const std::vector<int64_t>& hist = zeros.histogram;
+  info.symmetric = zeros.symmetric;
   if (layer.kind == SchemeKind::GptqV1) {
-    info.stored_max_zeros = hist.back();
+    info.stored_max_zeros = zeros.v1_stored_max;
     if (info.stored_max_zeros > 0) {
       warnings_.push_back(fmt::format(
           "layer {}: {} of {} stored zero points in {} are {:#x}. gptq v1 stores zero - 1, so they "

@@ -9,6 +9,9 @@
 
 #include <cstring>
 
+#include "error_kind.hpp"
+#include "schemes/fuse_w13.hpp"
+#include "schemes/stored_zeros.hpp"
 #include "text/name_text.hpp"
 
 namespace nibble {
@@ -33,61 +36,6 @@ std::optional<int64_t> config_int(const nlohmann::json& config, const char* key,
                             escape_untrusted(it->dump(), 100), lo, hi));
   }
   return it->get<int64_t>();
-}
-
-// Fuse gate [I][K] and up [I][K] into w13 [2I][K]: q rows gate then up; scales, zeros and bias
-// rows per group likewise.
-CanonicalWeight fuse_w13(CanonicalWeight gate, const CanonicalWeight& up, const std::string& what) {
-  auto mismatch = [&](const char* field, auto a, auto b) {
-    if (a != b) {
-      throw Error(
-          fmt::format("{}: gate and up projections differ in {} ({} vs {}); nibble fuses them "
-                      "into one w13 weight and needs them equal",
-                      what, field, a, b));
-    }
-  };
-  mismatch("K", gate.K, up.K);
-  mismatch("N", gate.N, up.N);
-  mismatch("bits", gate.bits, up.bits);
-  mismatch("group_size", gate.group_size, up.group_size);
-  mismatch("num_groups", gate.num_groups, up.num_groups);
-  mismatch("scales dtype", sdk::dtype_name(gate.scales_dtype), sdk::dtype_name(up.scales_dtype));
-  mismatch("bias presence", gate.bias.empty(), up.bias.empty());
-  if (gate.g_idx != up.g_idx) {
-    throw Error(
-        fmt::format("{}: gate and up projections use different g_idx groupings; nibble "
-                    "fuses them into one w13 weight with a single g_idx",
-                    what));
-  }
-  const int64_t I = gate.N, G = gate.num_groups;
-  const size_t sb = sdk::dtype_bytes(gate.scales_dtype);
-  CanonicalWeight w = std::move(gate);
-  w.N = 2 * I;
-  w.q.insert(w.q.end(), up.q.begin(), up.q.end());
-  std::vector<uint8_t> zeros(size_t(G * 2 * I)), scales(size_t(G * 2 * I) * sb);
-  for (int64_t g = 0; g < G; ++g) {
-    std::memcpy(&zeros[size_t(g * 2 * I)], &w.zeros[size_t(g * I)], size_t(I));
-    std::memcpy(&zeros[size_t(g * 2 * I + I)], &up.zeros[size_t(g * I)], size_t(I));
-    std::memcpy(&scales[size_t(g * 2 * I) * sb], &w.scales[size_t(g * I) * sb], size_t(I) * sb);
-    std::memcpy(&scales[size_t(g * 2 * I + I) * sb], &up.scales[size_t(g * I) * sb],
-                size_t(I) * sb);
-  }
-  w.zeros = std::move(zeros);
-  w.scales = std::move(scales);
-  if (!w.bias.empty()) {
-    mismatch("bias dtype", sdk::dtype_name(w.bias_dtype), sdk::dtype_name(up.bias_dtype));
-    w.bias.insert(w.bias.end(), up.bias.begin(), up.bias.end());
-  }
-  return w;
-}
-
-// The largest effective zero point of weights of `bits` bits, when their stored zeros tell it: a
-// GPTQ v1 zero stored as 2^bits - 1 decodes to 2^bits, the most there can be; all symmetric means
-// every zero is 2^(bits-1). 0 when neither holds (unknown without decoding).
-int known_max_zero(int bits, bool symmetric, bool v1_stored_max) {
-  if (bits <= 0) return 0;
-  if (v1_stored_max) return 1 << bits;
-  return symmetric ? 1 << (bits - 1) : 0;
 }
 
 }  // namespace
@@ -170,8 +118,8 @@ void Checkpoint::discover_moe(
         (j == 2 ? w2_stored_max : w13_stored_max) |= l.stored_max_zeros > 0;
       }
     }
-    info.w13_max_zero = known_max_zero(info.w13_bits, info.w13_symmetric, w13_stored_max);
-    info.w2_max_zero = known_max_zero(info.w2_bits, info.w2_symmetric, w2_stored_max);
+    info.w13_max_zero = detail::known_max_zero(info.w13_bits, info.w13_symmetric, w13_stored_max);
+    info.w2_max_zero = detail::known_max_zero(info.w2_bits, info.w2_symmetric, w2_stored_max);
     info.router_prefix = prefix + ".gate";
     if (quantized_.count(info.router_prefix)) {
       throw Error(fmt::format("MoE block {}: router {} is quantized; nibble expects a dense router",
@@ -249,53 +197,57 @@ const Checkpoint::QuantLayer& Checkpoint::quant_layer(const std::string& prefix)
   auto it = quantized_.find(prefix);
   if (it != quantized_.end()) return it->second;
   if (dense_.count(prefix)) {
-    throw Error(fmt::format("layer {} in {} is dense (not quantized); use dense_weight()",
-                            q(prefix), store_.source()));
+    throw InvalidArgument(fmt::format("layer {} in {} is dense (not quantized); use dense_weight()",
+                                      q(prefix), store_.source()));
   }
-  throw Error(fmt::format("no quantized layer {} in {} (no tensor {})", q(prefix), store_.source(),
-                          q(prefix + ".qweight")));
+  throw InvalidArgument(fmt::format("no quantized layer {} in {} (no tensor {})", q(prefix),
+                                    store_.source(), q(prefix + ".qweight")));
 }
 
 const Checkpoint::MoeBlock& Checkpoint::moe_block(const std::string& prefix) const {
   auto it = moe_.find(prefix);
   if (it == moe_.end())
-    throw Error(fmt::format("no MoE block {} in {}", q(prefix), store_.source()));
+    throw InvalidArgument(fmt::format("no MoE block {} in {}", q(prefix), store_.source()));
   return it->second;
 }
 
 CanonicalWeight Checkpoint::decode_linear(const std::string& prefix) const {
   const QuantLayer& l = quant_layer(prefix);
-  return get_scheme(l.kind).decode(l.tensors, l.params);
+  return detail::with_error_kind<CheckpointError>(
+      [&] { return get_scheme(l.kind).decode(l.tensors, l.params); });
 }
 
 DenseTensor Checkpoint::dense_weight(const std::string& prefix) const {
   auto it = dense_.find(prefix);
   if (it != dense_.end()) return it->second.tensor;
   if (quantized_.count(prefix)) {
-    throw Error(fmt::format("layer {} in {} is quantized; use decode_linear()", q(prefix),
-                            store_.source()));
+    throw InvalidArgument(fmt::format("layer {} in {} is quantized; use decode_linear()", q(prefix),
+                                      store_.source()));
   }
-  throw Error(fmt::format("no dense layer {} in {} (no 2-D float tensor {})", q(prefix),
-                          store_.source(), q(prefix + ".weight")));
+  throw InvalidArgument(fmt::format("no dense layer {} in {} (no 2-D float tensor {})", q(prefix),
+                                    store_.source(), q(prefix + ".weight")));
 }
 
 std::pair<CanonicalWeight, CanonicalWeight> Checkpoint::decode_expert(const std::string& moe_prefix,
                                                                       int e) const {
   const MoeBlock& b = moe_block(moe_prefix);
   if (e < 0 || e >= b.info.num_experts) {
-    throw Error(fmt::format("MoE block {}: expert {} is outside [0, {})", q(moe_prefix), e,
-                            b.info.num_experts));
+    throw InvalidArgument(fmt::format("MoE block {}: expert {} is outside [0, {})", q(moe_prefix),
+                                      e, b.info.num_experts));
   }
   const auto& ex = b.experts[size_t(e)];
   if (b.info.scheme == "dense") {
-    throw Error(fmt::format("MoE block {}: experts are not quantized (dense {})", q(moe_prefix),
-                            q(ex[0] + ".weight")));
+    throw Unsupported(fmt::format("MoE block {}: experts are not quantized (dense {})",
+                                  q(moe_prefix), q(ex[0] + ".weight")));
   }
   CanonicalWeight gate = decode_linear(ex[0]);
   CanonicalWeight up = decode_linear(ex[1]);
   CanonicalWeight down = decode_linear(ex[2]);
-  return {fuse_w13(std::move(gate), up, fmt::format("MoE block {} expert {}", q(moe_prefix), e)),
-          std::move(down)};
+  return detail::with_error_kind<CheckpointError>([&] {
+    return std::pair{detail::fuse_w13(std::move(gate), up,
+                                      fmt::format("MoE block {} expert {}", q(moe_prefix), e)),
+                     std::move(down)};
+  });
 }
 
 }  // namespace nibble

@@ -38,9 +38,10 @@ std::vector<std::string> parse_backend_list(const std::string& text, const std::
     std::string item = text.substr(start, end - start);
     const size_t a = item.find_first_not_of(" \t");
     if (a == std::string::npos) {
-      throw Error(source + ": backend list " + quoted_untrusted(text) +
-                  " has an empty item; expected auto, a backend name, or names separated by "
-                  "commas (* for every other available backend)");
+      throw InvalidArgument(
+          source + ": backend list " + quoted_untrusted(text) +
+          " has an empty item; expected auto, a backend name, or names separated by "
+          "commas (* for every other available backend)");
     }
     names.push_back(item.substr(a, item.find_last_not_of(" \t") - a + 1));
     if (end == text.size()) break;
@@ -52,7 +53,8 @@ std::vector<std::string> parse_backend_list(const std::string& text, const std::
 NumericMode parse_mode(const std::string& text, const std::string& source) {
   if (text == "w4a16") return NumericMode::W4A16;
   if (text == "w4a8") return NumericMode::W4A8;
-  throw Error(source + ": numeric mode " + quoted_untrusted(text) + " is not one of w4a16, w4a8");
+  throw InvalidArgument(source + ": numeric mode " + quoted_untrusted(text) +
+                        " is not one of w4a16, w4a8");
 }
 
 const char* mode_name(NumericMode mode) { return mode == NumericMode::W4A8 ? "w4a8" : "w4a16"; }
@@ -67,7 +69,7 @@ void apply_config_file(RuntimeOptions& options, const std::string& path) {
   const std::string label = "config file " + escape_untrusted(path, 400);
   const std::string text = detail::read_regular_file(path, kMaxRuntimeConfigBytes, "config file");
   nlohmann::json j = detail::parse_json(text, label, 65536);
-  if (!j.is_object()) throw Error(label + ": expected a JSON object");
+  if (!j.is_object()) throw InvalidArgument(label + ": expected a JSON object");
   for (auto& [key, value] : j.items()) {
     std::string where = label + ", key \"" + escape_untrusted(key, 100) + "\"";
     if (key == "backend") {
@@ -77,44 +79,44 @@ void apply_config_file(RuntimeOptions& options, const std::string& path) {
       } else if (value.is_array()) {
         std::string joined;
         for (auto& v : value) {
-          if (!v.is_string()) throw Error(where + ": expected strings");
+          if (!v.is_string()) throw InvalidArgument(where + ": expected strings");
           if (v.get_ref<const std::string&>().find(',') != std::string::npos)
-            throw Error(where + ": a list item cannot hold a comma");
+            throw InvalidArgument(where + ": a list item cannot hold a comma");
           joined += (joined.empty() ? "" : ",") + v.get<std::string>();
         }
-        if (value.empty()) throw Error(where + ": expected at least one backend name");
+        if (value.empty()) throw InvalidArgument(where + ": expected at least one backend name");
         parse_backend_list(joined, where);
         options.backend = joined;
       } else {
-        throw Error(where + ": expected a string or a list of strings");
+        throw InvalidArgument(where + ": expected a string or a list of strings");
       }
     } else if (key == "plugin_dirs") {
-      if (!value.is_array()) throw Error(where + ": expected a list of directories");
+      if (!value.is_array()) throw InvalidArgument(where + ": expected a list of directories");
       for (auto& v : value) {
-        if (!v.is_string()) throw Error(where + ": expected strings");
+        if (!v.is_string()) throw InvalidArgument(where + ": expected strings");
         options.plugin_dirs.push_back(v.get<std::string>());
       }
     } else if (key == "threads") {
       if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > 4096)
-        throw Error(where + ": expected a whole number in [0, 4096]");
+        throw InvalidArgument(where + ": expected a whole number in [0, 4096]");
       options.threads = value.get<int>();
     } else if (key == "mode") {
-      if (!value.is_string()) throw Error(where + ": expected \"w4a16\" or \"w4a8\"");
+      if (!value.is_string()) throw InvalidArgument(where + ": expected \"w4a16\" or \"w4a8\"");
       options.mode = parse_mode(value.get<std::string>(), where);
     } else if (key == "plugins") {
-      if (!value.is_array()) throw Error(where + ": expected a list of plugin names");
+      if (!value.is_array()) throw InvalidArgument(where + ": expected a list of plugin names");
       options.allowed_plugins.clear();
       for (auto& v : value) {
-        if (!v.is_string()) throw Error(where + ": expected strings");
+        if (!v.is_string()) throw InvalidArgument(where + ": expected strings");
         options.allowed_plugins.push_back(v.get<std::string>());
       }
     } else if (key == "use_default_plugin_dir") {
-      if (!value.is_boolean()) throw Error(where + ": expected true or false");
+      if (!value.is_boolean()) throw InvalidArgument(where + ": expected true or false");
       options.use_default_plugin_dir = value.get<bool>();
     } else {
-      throw Error(where +
-                  ": unknown key (known: backend, plugin_dirs, threads, mode, plugins, "
-                  "use_default_plugin_dir)");
+      throw InvalidArgument(where +
+                            ": unknown key (known: backend, plugin_dirs, threads, mode, plugins, "
+                            "use_default_plugin_dir)");
     }
   }
 }

@@ -110,8 +110,10 @@ MarlinWeight MarlinWeight::pack(const sdk::QuantWeight& w) {
   const std::string why =
       marlin_why_not(K, N, w.group_size(), act_order, symmetric, w.bits(), max_zero, "weight");
   if (!why.empty()) throw sdk::PluginError(NIBBLE_UNSUPPORTED, why);
-  const bool single = w.group_size() == -1 || w.group_size() >= K;
-  sdk::require(!single || G == 1, "weight: one group expected, got " + std::to_string(G));
+  // One group row takes Marlin's single-group scale order. Decided by the rows, not by
+  // group_size >= K: a row-parallel act-order shard keeps every group of the full layer although
+  // its own K may span one group or less.
+  const bool single = G == 1;
 
   std::vector<int32_t> order(static_cast<size_t>(K));
   for (int64_t k = 0; k < K; ++k) order[size_t(k)] = int32_t(k);

@@ -16,6 +16,8 @@ namespace nibble {
 using CanonicalWeight = sdk::host::CanonicalWeight;
 
 /// Throws nibble::Error (naming `what`) unless w's sizes, value ranges and g_idx are consistent.
+/// Without a g_idx there are exactly groups_for(K, group_size) groups; with one, any number that
+/// every g_idx value indexes (a row-parallel shard keeps groups its own channels do not use).
 NIBBLE_API void validate(const CanonicalWeight& w, const std::string& what);
 
 /// Number of groups a layer with K inputs has for `group_size` (-1: one).

@@ -8,10 +8,14 @@
 //   q.forward(x, y);                        // DLTensors: x [M,K] -> y [M,N], f32/bf16/f16
 //   auto moe = rt.moe(ckpt, "model.layers.0.mlp", {.top_k = 2});
 //   moe.forward(x, y);                      // router + experts: x [M,K] -> y [M,K]
+//
+// Engines that hold the checkpoint tensors already build the same layers from them
+// (linear_from_tensors, moe_from_tensors; layer_tensors.hpp, docs/host-api.md).
 #pragma once
 
 #include <nibble/checkpoint.hpp>
 #include <nibble/export.hpp>
+#include <nibble/layer_tensors.hpp>
 #include <nibble/options.hpp>
 #include <nibble/registry.hpp>
 
@@ -71,13 +75,15 @@ class NIBBLE_API LinearLayer {
 /// A prepared MoE block: its router (a dense layer) and its experts.
 class NIBBLE_API MoeLayer {
  public:
-  /// Route and run: y[M,K] = Σ_j w[m,j] · expert_{ids[m,j]}(x[m]).
+  /// Route and run: y[M,K] = Σ_j w[m,j] · expert_{ids[m,j]}(x[m]). Throws nibble::Error naming
+  /// the block when it was built without a router.
   void forward(const DLTensor& x, DLTensor& y) const;
   /// Run the experts with routing given by the caller (as engines pass it): topk_ids [M,top_k]
   /// int32/int64 (−1: no expert), topk_weights [M,top_k] f32/f16/bf16.
   void forward_routed(const DLTensor& x, const DLTensor& topk_ids, const DLTensor& topk_weights,
                       DLTensor& y) const;
-  /// The router alone: top_k expert ids and weights (f32) for each row of x.
+  /// The router alone: top_k expert ids and weights (f32) for each row of x (throws without a
+  /// router).
   void route(const DLTensor& x, std::vector<int32_t>& topk_ids,
              std::vector<float>& topk_weights) const;
   /// Experts per token.
@@ -86,8 +92,10 @@ class NIBBLE_API MoeLayer {
   int num_experts() const { return num_experts_; }
   /// Hidden size K.
   int64_t hidden() const { return hidden_; }
-  /// Where the router and the experts run.
+  /// Where the router and the experts run (the experts alone for a block without a router).
   std::vector<Placement> placements() const;
+  /// Whether the block has a router (forward and route need one; forward_routed does not).
+  bool has_router() const { return router_ != nullptr; }
   /// Bytes the backend holds for the prepared experts.
   size_t prepared_bytes() const;
 
@@ -116,6 +124,18 @@ class NIBBLE_API Runtime {
   /// Build the MoE block `prefix` of `ckpt` (router included); experts are decoded one at a time.
   MoeLayer moe(const Checkpoint& ckpt, const std::string& prefix,
                const MoeOptions& options = {}) const;
+  /// A quantized linear layer from tensors an engine holds; `name` names it in messages. Validates
+  /// exactly as the checkpoint path (the message names the tensor, its shape and what was
+  /// expected). The tensors are read during the call only; the plugin keeps its own copy.
+  LinearLayer linear_from_tensors(const std::string& name, const QuantTensors& tensors,
+                                  const QuantFormat& format) const;
+  /// A MoE block from expert tensors; `router` (a dense [E][K] weight) is optional: without it only
+  /// forward_routed works (forward throws naming the block). options.top_k must be > 0; unset
+  /// renormalize means false, empty scoring softmax. Experts are decoded one at a time while the
+  /// backend prepares them; the tensors may be freed once the call returns.
+  MoeLayer moe_from_tensors(const std::string& name, const MoeTensors& experts,
+                            const QuantFormat& format, const nibble_dense_weight* router,
+                            const MoeOptions& options) const;
   /// A dense layer from a weight the caller holds ([N][K] f32/f16/bf16, optional bias), for
   /// routers an engine keeps itself and for dense baselines. The weight is copied by the plugin.
   LinearLayer dense(const std::string& name, const nibble_dense_weight& weight) const;

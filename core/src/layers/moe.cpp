@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <numeric>
 #include <thread>
 
+#include "moe_experts.hpp"
 #include "prepared_kernel.hpp"
 #include "text/name_text.hpp"
 
@@ -29,19 +31,20 @@ namespace {
 
 // Hands experts to the plugin one at a time; each lives from get_expert to put_expert.
 struct ExpertFeed {
-  const Checkpoint* ckpt;
-  std::string prefix;
+  const detail::ExpertDecoder* decode;
   std::map<int, std::pair<CanonicalWeight, CanonicalWeight>> live;
+  std::exception_ptr failure;  // the first expert that could not be decoded, and why
 
   static nibble_status get(void* ctx, int32_t e, nibble_canonical_weight* w13,
                            nibble_canonical_weight* w2, nibble_error* error) {
     auto* self = static_cast<ExpertFeed*>(ctx);
     try {
-      auto& slot = self->live[e] = self->ckpt->decode_expert(self->prefix, e);
+      auto& slot = self->live[e] = (*self->decode)(e);
       *w13 = slot.first.view();
       *w2 = slot.second.view();
       return NIBBLE_OK;
     } catch (const std::exception& ex) {
+      if (!self->failure) self->failure = std::current_exception();
       if (error && error->struct_size > offsetof(nibble_error, message)) {
         std::snprintf(error->message, sizeof error->message, "%s", ex.what());
       }
@@ -68,8 +71,8 @@ nibble_layer_desc Runtime::describe_experts(const MoeInfo& info, int top_k,
   d.has_bias = 0;
   const std::optional<DType> scales = parse_dtype(info.dtype);
   if (!scales)
-    throw Error("MoE block " + detail::name_text(info.prefix) + ": scales dtype " +
-                detail::name_text(info.dtype) + " is not one of F16, BF16, F32");
+    throw CheckpointError("MoE block " + detail::name_text(info.prefix) + ": scales dtype " +
+                          detail::name_text(info.dtype) + " is not one of F16, BF16, F32");
   d.weight_dtype = to_dlpack(*scales);
   d.numeric_mode = numeric_mode();
   d.act_dtypes = NIBBLE_DTYPE_F32 | NIBBLE_DTYPE_F16 | NIBBLE_DTYPE_BF16;
@@ -94,55 +97,75 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
     for (size_t i = 0; i < blocks.size() && i < 8; ++i)
       known += "\n  " + escape_untrusted(blocks[i].prefix, 200);
     if (blocks.size() > 8) known += "\n  ... (" + std::to_string(blocks.size() - 8) + " more)";
-    throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
-                " has no MoE block '" + detail::name_text(prefix) + "'" +
-                (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
+    throw InvalidArgument("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
+                          " has no MoE block '" + detail::name_text(prefix) + "'" +
+                          (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   const MoeInfo& info = *it;
   MoeLayer layer;
   layer.num_experts_ = info.num_experts;
   layer.hidden_ = info.hidden;
-  layer.top_k_ = opt.top_k > 0 ? opt.top_k : info.top_k;
-  if (layer.top_k_ <= 0)
-    throw Error("MoE block " + detail::name_text(prefix) +
-                ": top-k is unknown (config.json has no " +
-                "num_experts_per_tok); pass it (--top-k K)");
-  if (layer.top_k_ > info.num_experts)
-    throw Error("MoE block " + detail::name_text(prefix) + ": top-k " +
-                std::to_string(layer.top_k_) + " exceeds the " + std::to_string(info.num_experts) +
-                " experts");
-  layer.renormalize_ = opt.renormalize.value_or(info.norm_topk_prob);
-  std::string scoring = opt.scoring.empty() ? info.scoring : opt.scoring;
-  if (scoring != "softmax" && scoring != "sigmoid")
-    throw Error("MoE block " + detail::name_text(prefix) + ": router scoring " +
-                detail::name_text(scoring) + " is not one of softmax, sigmoid");
-  layer.sigmoid_ = scoring == "sigmoid";
+  const detail::MoeRouting routing = detail::moe_routing(prefix, opt, info.num_experts, info.top_k,
+                                                         info.norm_topk_prob, info.scoring);
+  layer.top_k_ = routing.top_k;
+  layer.renormalize_ = routing.renormalize;
+  layer.sigmoid_ = routing.sigmoid;
   if (info.scheme == "dense")
-    throw Error("MoE block " + detail::name_text(prefix) +
-                ": its experts are not quantized; nibble runs GPTQ/AWQ "
-                "experts only");
+    throw Unsupported("MoE block " + detail::name_text(prefix) +
+                      ": its experts are not quantized; nibble runs GPTQ/AWQ "
+                      "experts only");
   if (info.w13_bits != info.w2_bits)
-    throw Error("MoE block " + detail::name_text(prefix) + ": gate/up use " +
-                std::to_string(info.w13_bits) + " bits but down uses " +
-                std::to_string(info.w2_bits) + "; expected one width");
+    throw Unsupported("MoE block " + detail::name_text(prefix) + ": gate/up use " +
+                      std::to_string(info.w13_bits) + " bits but down uses " +
+                      std::to_string(info.w2_bits) + "; expected one width");
 
   layer.router_ = make_dense(*registry_, options_, ckpt, info.router_prefix, "router");
   if (layer.router_->desc().N != info.num_experts || layer.router_->desc().K != info.hidden)
-    throw Error("MoE block " + detail::name_text(prefix) + ": router " +
-                detail::name_text(info.router_prefix) + " is [" +
-                std::to_string(layer.router_->desc().N) + ", " +
-                std::to_string(layer.router_->desc().K) + "], expected [" +
-                std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
+    throw CheckpointError(
+        "MoE block " + detail::name_text(prefix) + ": router " +
+        detail::name_text(info.router_prefix) + " is [" + std::to_string(layer.router_->desc().N) +
+        ", " + std::to_string(layer.router_->desc().K) + "], expected [" +
+        std::to_string(info.num_experts) + ", " + std::to_string(info.hidden) + "]");
+  layer.experts_ = detail::prepare_experts(*this, info, layer.top_k_,
+                                           [&](int e) { return ckpt.decode_expert(prefix, e); });
+  return layer;
+}
 
-  const nibble_layer_desc d = describe_experts(info, layer.top_k_, prefix.c_str());
-  Selection sel = registry_->select(d, options_.backend);
+namespace detail {
+
+MoeRouting moe_routing(const std::string& prefix, const MoeOptions& opt, int num_experts,
+                       int default_top_k, bool default_renormalize,
+                       const std::string& default_scoring) {
+  MoeRouting r;
+  r.top_k = opt.top_k > 0 ? opt.top_k : default_top_k;
+  if (r.top_k <= 0)
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) +
+                          ": top-k is unknown (config.json has no " +
+                          "num_experts_per_tok); pass it (--top-k K)");
+  if (r.top_k > num_experts)
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) + ": top-k " +
+                          std::to_string(r.top_k) + " exceeds the " + std::to_string(num_experts) +
+                          " experts");
+  r.renormalize = opt.renormalize.value_or(default_renormalize);
+  const std::string scoring = opt.scoring.empty() ? default_scoring : opt.scoring;
+  if (scoring != "softmax" && scoring != "sigmoid")
+    throw InvalidArgument("MoE block " + detail::name_text(prefix) + ": router scoring " +
+                          detail::name_text(scoring) + " is not one of softmax, sigmoid");
+  r.sigmoid = scoring == "sigmoid";
+  return r;
+}
+
+std::shared_ptr<const PreparedKernel> prepare_experts(const Runtime& rt, const MoeInfo& info,
+                                                      int top_k, const ExpertDecoder& decode) {
+  const nibble_layer_desc d = rt.describe_experts(info, top_k, info.prefix.c_str());
+  Selection sel = rt.registry().select(d, rt.options().backend);
   if (!sel.passed_over.empty()) {
-    std::string msg =
-        detail::name_text(prefix) + " (experts) runs on " + sel.kernel->full_name() + " because:";
-    for (const auto& p : sel.passed_over) msg += "\n  " + p;
+    std::string msg = detail::name_text(info.prefix) + " (experts) runs on " +
+                      escape_untrusted(sel.kernel->full_name(), 200) + " because:";
+    for (const auto& p : sel.passed_over) msg += "\n  " + escape_untrusted(p, 1000);
     log(LogLevel::Warning, "core", msg);
   }
-  ExpertFeed feed{&ckpt, prefix, {}};
+  ExpertFeed feed{&decode, {}, nullptr};
   nibble_moe_source src{};
   src.struct_size = sizeof src;
   src.num_experts = info.num_experts;
@@ -150,15 +173,29 @@ MoeLayer Runtime::moe(const Checkpoint& ckpt, const std::string& prefix,
   src.get_expert = &ExpertFeed::get;
   src.put_expert = &ExpertFeed::put;
   const nibble_weight_input in = sdk::host::experts_input(src);
-  int threads = options_.threads > 0 ? options_.threads
-                                     : int(std::max(1u, std::thread::hardware_concurrency()));
-  layer.experts_ = prepare_first_that_accepts(*registry_, sel, d, in, "experts", threads);
-  return layer;
+  const int threads = rt.options().threads > 0
+                          ? rt.options().threads
+                          : int(std::max(1u, std::thread::hardware_concurrency()));
+  try {
+    return prepare_first_that_accepts(rt.registry(), sel, d, in, "experts", threads);
+  } catch (const Error&) {
+    // The plugin saw only a failed get_expert: the decoder's own error says what is wrong with
+    // which expert tensor, with its kind.
+    if (feed.failure) std::rethrow_exception(feed.failure);
+    throw;
+  }
 }
+
+}  // namespace detail
 
 void MoeLayer::route(const DLTensor& x, std::vector<int32_t>& ids,
                      std::vector<float>& weights) const {
   const std::string& name = experts_->placement().layer;
+  if (!router_)
+    throw InvalidArgument(
+        "MoE block " + detail::name_text(name) +
+        " has no router (it was built from tensors without one): pass the routing to "
+        "forward_routed");
   int64_t M = check_activation(x, "input x", hidden_, name);
   const int E = num_experts_, k = top_k_;
   // Router logits in f32, whatever the activation dtype.
@@ -228,13 +265,14 @@ void MoeLayer::forward_routed(const DLTensor& x, const DLTensor& topk_ids,
   for (const DLTensor* t : {&topk_ids, &topk_weights}) {
     const char* what = t == &topk_ids ? "topk_ids" : "topk_weights";
     if (t->ndim != 2 || !t->shape || t->shape[0] != M || t->shape[1] != top_k_)
-      throw Error("layer " + name + ": " + what + " must be [" + std::to_string(M) + ", " +
-                  std::to_string(top_k_) + "]");
+      throw InvalidArgument("layer " + name + ": " + what + " must be [" + std::to_string(M) +
+                            ", " + std::to_string(top_k_) + "]");
   }
   experts_->forward(x, y, &topk_ids, &topk_weights);
 }
 
 std::vector<Placement> MoeLayer::placements() const {
+  if (!router_) return {experts_->placement()};
   return {router_->placement(), experts_->placement()};
 }
 

@@ -9,24 +9,38 @@
 
 namespace nibble {
 
+void throw_for_status(nibble_status status, const std::string& message) {
+  switch (status) {
+    case NIBBLE_INVALID_ARGUMENT:
+      throw InvalidArgument(message);
+    case NIBBLE_UNSUPPORTED:
+      throw Unsupported(message);
+    case NIBBLE_UNAVAILABLE:
+      throw Unavailable(message);
+    default:
+      throw Error(message);
+  }
+}
+
 int64_t check_activation(const DLTensor& t, const char* what, int64_t cols,
                          const std::string& layer) {
   std::string at = "layer " + layer + ": " + what;
   if (t.ndim != 2)
-    throw Error(at + " must be 2-D [M, " + std::to_string(cols) + "], got " +
-                std::to_string(t.ndim) + " dimensions");
+    throw InvalidArgument(at + " must be 2-D [M, " + std::to_string(cols) + "], got " +
+                          std::to_string(t.ndim) + " dimensions");
   if (!sdk::is_cpu_memory(t.device))
-    throw Error(at + " must be in CPU memory (kDLCPU, kDLCUDAHost or kDLROCMHost)");
+    throw InvalidArgument(at + " must be in CPU memory (kDLCPU, kDLCUDAHost or kDLROCMHost)");
   if (!sdk::is_float_dtype(t.dtype))
-    throw Error(at + " has dtype " + sdk::dtype_name(t.dtype) + "; expected f32, bf16 or f16");
-  if (!t.shape || t.shape[0] < 0) throw Error(at + " has a bad shape");
+    throw InvalidArgument(at + " has dtype " + sdk::dtype_name(t.dtype) +
+                          "; expected f32, bf16 or f16");
+  if (!t.shape || t.shape[0] < 0) throw InvalidArgument(at + " has a bad shape");
   if (t.shape[1] != cols)
-    throw Error(at + " has " + std::to_string(t.shape[1]) + " columns; the layer expects " +
-                std::to_string(cols));
+    throw InvalidArgument(at + " has " + std::to_string(t.shape[1]) +
+                          " columns; the layer expects " + std::to_string(cols));
   if (t.strides && t.shape[0] > 1 && (t.strides[1] != 1 || t.strides[0] < cols))
-    throw Error(at + " must have contiguous rows (column stride 1, row stride >= " +
-                std::to_string(cols) + ")");
-  if (!t.data && t.shape[0] > 0) throw Error(at + " has no data");
+    throw InvalidArgument(at + " must have contiguous rows (column stride 1, row stride >= " +
+                          std::to_string(cols) + ")");
+  if (!t.data && t.shape[0] > 0) throw InvalidArgument(at + " has no data");
   return t.shape[0];
 }
 
@@ -50,8 +64,9 @@ PreparedKernel::PreparedKernel(const Registry& reg, const Selection& sel,
     const std::string said = e.message().empty() ? "no message" : e.message();
     if (e.status() == NIBBLE_UNSUPPORTED)
       throw PrepareUnsupported(sel.kernel->full_name() + " refused at prepare: " + said);
-    throw Error("layer " + name_ + ": " + sel.kernel->full_name() + " failed to prepare the " +
-                placement_.part + " weight (" + nibble_status_name(e.status()) + "): " + said);
+    throw_for_status(e.status(), "layer " + name_ + ": " + sel.kernel->full_name() +
+                                     " failed to prepare the " + placement_.part + " weight (" +
+                                     nibble_status_name(e.status()) + "): " + said);
   }
 }
 
@@ -72,7 +87,7 @@ std::shared_ptr<const PreparedKernel> prepare_first_that_accepts(const Registry&
         std::string msg = "layer " + std::string(desc.name ? desc.name : "") +
                           ": every kernel that accepted the layer refused its weight:";
         for (const auto& r : refusals) msg += "\n  " + r;
-        throw Error(msg);
+        throw Unsupported(msg);
       }
       sel.backend = sel.later[next].first;
       sel.kernel = sel.later[next].second;
@@ -88,19 +103,19 @@ void PreparedKernel::forward(const DLTensor& x, DLTensor& y, const DLTensor* ids
   int64_t M = check_activation(x, "input x", desc_.K, name_);
   int64_t My = check_activation(y, "output y", out_cols, name_);
   if (My != M)
-    throw Error("layer " + name_ + ": output y has " + std::to_string(My) + " rows, input x has " +
-                std::to_string(M));
+    throw InvalidArgument("layer " + name_ + ": output y has " + std::to_string(My) +
+                          " rows, input x has " + std::to_string(M));
   if (!sdk::same_dtype(x.dtype, y.dtype))
-    throw Error("layer " + name_ + ": output y is " + sdk::dtype_name(y.dtype) +
-                " but input x is " + sdk::dtype_name(x.dtype) + "; they must match");
+    throw InvalidArgument("layer " + name_ + ": output y is " + sdk::dtype_name(y.dtype) +
+                          " but input x is " + sdk::dtype_name(x.dtype) + "; they must match");
   if (M == 0) return;
   // One growing scratch buffer per calling thread: a steady-state forward allocates nothing.
   thread_local sdk::host::Workspace workspace;
   try {
     prepared_.forward(sdk::host::forward_args(x, y, ids, weights), M, threads_, workspace);
   } catch (const sdk::host::CallError& e) {
-    throw Error("layer " + name_ + ": " + placement_.backend + "/" + placement_.kernel + " " +
-                e.what());
+    throw_for_status(e.status(), "layer " + name_ + ": " + placement_.backend + "/" +
+                                     placement_.kernel + " " + e.what());
   }
 }
 

@@ -53,6 +53,10 @@ std::shared_ptr<const PreparedKernel> prepare_first_that_accepts(const Registry&
                                                                  const std::string& part,
                                                                  int threads);
 
+/// Throw the exception of a plugin's status (InvalidArgument, Unsupported, Unavailable; a plain
+/// Error for the others) with `message`.
+[[noreturn]] void throw_for_status(nibble_status status, const std::string& message);
+
 /// Check a 2-D activation tensor (x or y) and return its row count; `what` names it.
 int64_t check_activation(const DLTensor& t, const char* what, int64_t cols,
                          const std::string& layer);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "error_kind.hpp"
 #include "prepared_kernel.hpp"
 #include "text/name_text.hpp"
 
@@ -28,6 +29,17 @@ void warn_fallback(const Selection& sel, const std::string& layer, const std::st
                     escape_untrusted(sel.kernel->full_name(), 200) + " because:";
   for (const auto& p : sel.passed_over) msg += "\n  " + escape_untrusted(p, 1000);
   log(LogLevel::Warning, "core", msg);
+}
+
+// Describe, select and prepare a quantized linear weight (from a checkpoint or an engine).
+std::shared_ptr<const PreparedKernel> prepare_quantized(const Runtime& rt, const CanonicalWeight& w,
+                                                        const std::string& name) {
+  nibble_layer_desc d = rt.describe(w, name.c_str());
+  Selection sel = rt.registry().select(d, rt.options().backend);
+  warn_fallback(sel, name, "linear");
+  const nibble_canonical_weight view = w.view();
+  return prepare_first_that_accepts(rt.registry(), sel, d, sdk::host::quantized_input(view),
+                                    "linear", effective_threads(rt.options().threads));
 }
 
 }  // namespace
@@ -58,8 +70,8 @@ std::shared_ptr<const PreparedKernel> make_dense(const Registry& reg, const Runt
 
 LinearLayer Runtime::dense(const std::string& name, const nibble_dense_weight& w) const {
   if (w.K <= 0 || w.N <= 0 || !w.data || !sdk::is_float_dtype(w.dtype))
-    throw Error("dense layer " + detail::name_text(name) +
-                ": expected a non-empty f32, f16 or bf16 weight [N][K]");
+    throw InvalidArgument("dense layer " + detail::name_text(name) +
+                          ": expected a non-empty f32, f16 or bf16 weight [N][K]");
   const nibble_layer_desc d = sdk::host::dense_desc(w, name.c_str());
   Selection sel = registry_->select(d, options_.backend);
   warn_fallback(sel, name, "dense");
@@ -79,22 +91,27 @@ LinearLayer Runtime::linear(const Checkpoint& ckpt, const std::string& prefix) c
     for (size_t i = 0; i < layers.size() && i < 8; ++i)
       known += "\n  " + escape_untrusted(layers[i].prefix, 200);
     if (layers.size() > 8) known += "\n  ... (" + std::to_string(layers.size() - 8) + " more)";
-    throw Error("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
-                " has no linear layer '" + detail::name_text(prefix) + "'" +
-                (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
+    throw InvalidArgument("checkpoint " + escape_untrusted(ckpt.directory().string(), 400) +
+                          " has no linear layer '" + detail::name_text(prefix) + "'" +
+                          (known.empty() ? std::string(" (it has none)") : "; it has:" + known));
   }
   if (it->kind == LayerKind::Dense) {
     layer.op_ = make_dense(*registry_, options_, ckpt, prefix, "dense");
     return layer;
   }
   // The canonical weight lives only until the backend has repacked it.
-  CanonicalWeight w = ckpt.decode_linear(prefix);
-  nibble_layer_desc d = describe(w, prefix.c_str());
-  Selection sel = registry_->select(d, options_.backend);
-  warn_fallback(sel, prefix, "linear");
-  const nibble_canonical_weight view = w.view();
-  layer.op_ = prepare_first_that_accepts(*registry_, sel, d, sdk::host::quantized_input(view),
-                                         "linear", effective_threads(options_.threads));
+  layer.op_ = prepare_quantized(*this, ckpt.decode_linear(prefix), prefix);
+  return layer;
+}
+
+LinearLayer Runtime::linear_from_tensors(const std::string& name, const QuantTensors& tensors,
+                                         const QuantFormat& format) const {
+  LinearLayer layer;
+  // What the schemes find wrong here is wrong with the caller's tensors or format.
+  layer.op_ = prepare_quantized(*this, detail::with_error_kind<InvalidArgument>([&] {
+    return decode_tensors(name, tensors, format);
+  }),
+                                name);
   return layer;
 }
 

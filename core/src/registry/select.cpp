@@ -173,14 +173,14 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
       std::string msg = "backend '" + name +
                         "' is not loaded (loaded backends: " + (known.empty() ? "none" : known) +
                         ")";
-      if (strict) throw Error("layer " + layer + ": " + msg + failure_summary());
+      if (strict) throw Unavailable("layer " + layer + ": " + msg + failure_summary());
       if (!sel.kernel) tried.push_back(msg);
       continue;
     }
     used.push_back(b);
     if (!b->available) {
       std::string msg = "backend " + name + " is unavailable here: " + b->probe_detail;
-      if (strict) throw Error("layer " + layer + ": " + msg);
+      if (strict) throw Unavailable("layer " + layer + ": " + msg);
       if (!sel.kernel) tried.push_back(msg);
       continue;
     }
@@ -206,7 +206,7 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
   for (const auto& t : tried) msg += "\n  " + t;
   if (tried.empty()) msg += "\n  no available backend has a kernel for this op and mode";
   msg += failure_summary();
-  throw Error(msg);
+  throw Unsupported(msg);
 }
 
 }  // namespace nibble

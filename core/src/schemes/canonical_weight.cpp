@@ -31,9 +31,13 @@ void validate(const CanonicalWeight& w, const std::string& what) {
   if (w.group_size != -1 && w.group_size <= 0)
     throw fail(fmt::format("group_size {} (expected > 0 or -1)", w.group_size));
   if (w.K <= 0 || w.N <= 0) throw fail(fmt::format("empty weight K={} N={}", w.K, w.N));
-  if (w.num_groups != groups_for(w.K, w.group_size)) {
-    throw fail(fmt::format("num_groups {} but K={} and group_size {} give {}", w.num_groups, w.K,
-                           w.group_size, groups_for(w.K, w.group_size)));
+  // With a g_idx the groups are whatever rows it points at: a row-parallel shard keeps every
+  // group's scales (act-order) though its K spans fewer, and a group no channel uses is allowed.
+  if (!w.g_idx.empty() ? w.num_groups < 1 : w.num_groups != groups_for(w.K, w.group_size)) {
+    throw fail(w.g_idx.empty()
+                   ? fmt::format("num_groups {} but K={} and group_size {} give {}", w.num_groups,
+                                 w.K, w.group_size, groups_for(w.K, w.group_size))
+                   : fmt::format("num_groups {} (expected at least 1)", w.num_groups));
   }
   if (w.q.size() != size_t(w.N * w.K))
     throw fail(fmt::format("q holds {} values, expected N*K = {}", w.q.size(), w.N * w.K));

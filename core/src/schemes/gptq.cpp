@@ -5,6 +5,7 @@
 // itself.
 #include <nibble/checkpoint_scheme.hpp>
 
+#include "group_rows.hpp"
 #include "tensor_checks.hpp"
 #include "text/name_text.hpp"
 
@@ -15,13 +16,14 @@ namespace {
 // K and N are each stated by several tensors. When two of them agree and the third differs, the
 // third is the one to name (with every shape and bits), rather than whichever is checked first.
 void blame_outvoted(const LayerTensors& layer, const SchemeParams& p, const LayerShape& s,
-                    int64_t pack) {
+                    int64_t pack, GroupRows rows) {
   const TensorView& qweight = *layer.qweight;
   const TensorView& qzeros = *layer.qzeros;
   const TensorView& scales = *layer.scales;
   const int64_t G = scales.shape[0];
   const TensorView* g_idx = layer.g_idx;
-  if (g_idx && g_idx->shape.size() == 1 && p.group_size > 0) {
+  // A shard's scales rows say nothing about its K, so only a checkpoint layer's vote.
+  if (rows == GroupRows::FromGroupSize && g_idx && g_idx->shape.size() == 1 && p.group_size > 0) {
     const int64_t K_g = g_idx->shape[0];
     if (K_g != s.K && K_g > 0 && groups_for(K_g, p.group_size) == G &&
         groups_for(s.K, p.group_size) != G) {
@@ -48,6 +50,14 @@ class GptqScheme final : public Scheme {
   SchemeKind kind() const override { return kind_; }
 
   LayerShape check(const LayerTensors& layer, const SchemeParams& p) const override {
+    return check_rows(layer, p, GroupRows::FromGroupSize);
+  }
+
+  CanonicalWeight decode(const LayerTensors& layer, const SchemeParams& p) const override {
+    return decode_rows(layer, p, GroupRows::FromGroupSize);
+  }
+
+  LayerShape check_rows(const LayerTensors& layer, const SchemeParams& p, GroupRows rows) const {
     const std::string_view name = scheme_name(kind_);
     if (p.bits != 4 && p.bits != 8) {
       throw Error(fmt::format("layer {}: bits={} is not supported (nibble supports 4 and 8)",
@@ -62,7 +72,7 @@ class GptqScheme final : public Scheme {
     s.K = qweight.shape[0] * pack;
     s.N = qweight.shape[1];
     expect_nonempty(qweight, s.K, s.N);
-    blame_outvoted(layer, p, s, pack);
+    blame_outvoted(layer, p, s, pack, rows);
     if (layer.g_idx) {
       expect_dtype(*layer.g_idx, {DType::I32});
       expect_shape(*layer.g_idx, {s.K},
@@ -78,6 +88,12 @@ class GptqScheme final : public Scheme {
     s.num_groups = groups_for(s.K, p.group_size);
     std::string why = fmt::format("K = {} from qweight {} at bits={}, group_size = {}", s.K,
                                   qweight.shape_string(), p.bits, p.group_size);
+    if (rows == GroupRows::FromScales && layer.g_idx && scales.shape[0] >= 1) {
+      // A row-parallel shard: g_idx picks its groups among the rows given (checked at decode).
+      s.num_groups = scales.shape[0];
+      why = fmt::format("N = {} from qweight {}, and {} group rows from scales (g_idx picks them)",
+                        s.N, qweight.shape_string(), s.num_groups);
+    }
     expect_shape(scales, {s.num_groups, s.N}, why);
     expect_shape(qzeros, {s.num_groups, s.N / pack},
                  why + fmt::format(", {} zeros per int32", pack));
@@ -86,8 +102,9 @@ class GptqScheme final : public Scheme {
     return s;
   }
 
-  CanonicalWeight decode(const LayerTensors& layer, const SchemeParams& p) const override {
-    const LayerShape s = check(layer, p);
+  CanonicalWeight decode_rows(const LayerTensors& layer, const SchemeParams& p,
+                              GroupRows rows) const {
+    const LayerShape s = check_rows(layer, p, rows);
     const int bits = p.bits;
     const int64_t pack = 32 / bits;
     const uint32_t mask = (1u << bits) - 1;
@@ -138,8 +155,15 @@ class GptqScheme final : public Scheme {
         }
         g_idx[size_t(k)] = g;
       }
-      // Identity grouping (no act-order, or static groups) costs nothing: drop it.
-      if (!is_identity_grouping(g_idx, p.group_size)) w.g_idx = std::move(g_idx);
+      // Identity grouping (no act-order, or static groups) costs nothing: drop it, and with it
+      // any rows past the ones it uses (a shard given more group rows than its K spans).
+      if (!is_identity_grouping(g_idx, p.group_size)) {
+        w.g_idx = std::move(g_idx);
+      } else if (const int64_t used = groups_for(s.K, p.group_size); used < s.num_groups) {
+        w.num_groups = used;
+        w.zeros.resize(size_t(used * s.N));
+        w.scales.resize(size_t(used * s.N) * dtype_size(layer.scales->dtype));
+      }
     }
     decode_bias(layer, s.N, w);
     return w;
@@ -210,10 +234,22 @@ class GptqScheme final : public Scheme {
 
 }  // namespace
 
-const Scheme& gptq_scheme(SchemeKind kind) {
+static const GptqScheme& gptq_instance(SchemeKind kind) {
   static const GptqScheme v1(SchemeKind::GptqV1);
   static const GptqScheme v2(SchemeKind::GptqV2);
-  return kind == SchemeKind::GptqV1 ? static_cast<const Scheme&>(v1) : v2;
+  return kind == SchemeKind::GptqV1 ? v1 : v2;
+}
+
+const Scheme& gptq_scheme(SchemeKind kind) { return gptq_instance(kind); }
+
+LayerShape check_gptq(SchemeKind kind, const LayerTensors& layer, const SchemeParams& params,
+                      GroupRows rows) {
+  return gptq_instance(kind).check_rows(layer, params, rows);
+}
+
+CanonicalWeight decode_gptq(SchemeKind kind, const LayerTensors& layer, const SchemeParams& params,
+                            GroupRows rows) {
+  return gptq_instance(kind).decode_rows(layer, params, rows);
 }
 
 }  // namespace nibble::schemes

@@ -27,8 +27,8 @@ int64_t parse_integer(std::string_view text, int64_t lo, int64_t hi, const std::
   const char* end = digits.data() + digits.size();
   const auto [ptr, ec] = std::from_chars(digits.data(), end, value);
   if (digits.empty() || ec != std::errc() || ptr != end || value < lo || value > hi)
-    throw Error(what + ": " + quoted_untrusted(text) + " is not a whole number in [" +
-                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw InvalidArgument(what + ": " + quoted_untrusted(text) + " is not a whole number in [" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return value;
 }
 
@@ -37,7 +37,8 @@ double parse_real(std::string_view text, double lo, double hi, const std::string
   char* end = nullptr;
   const double value = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(value) || value < lo || value > hi)
-    throw Error(what + ": " + quoted_untrusted(text) + " is not a number in " + range_text(lo, hi));
+    throw InvalidArgument(what + ": " + quoted_untrusted(text) + " is not a number in " +
+                          range_text(lo, hi));
   return value;
 }
 

@@ -1,0 +1,37 @@
+// Tensors in from Python by DLPack, never copied: an object's __dlpack__() (torch.Tensor,
+// numpy.ndarray, nibble.Tensor, or any other producer) or a legacy "dltensor" capsule
+// (torch.utils.dlpack.to_dlpack). The import owns the producer's DLManagedTensor, so the memory
+// stays valid while a forward runs with the GIL released.
+#pragma once
+
+#include <dlpack/dlpack.h>
+#include <pybind11/pybind11.h>
+
+namespace nibble::python {
+
+namespace py = pybind11;
+
+class ImportedTensor {
+ public:
+  /// Import `obj`, named `what` in errors ("x", "out", ...). A device that the CPU cannot address
+  /// is refused (from __dlpack_device__, before anything is exported). Throws
+  /// nibble::InvalidArgument.
+  static ImportedTensor from(py::handle obj, const char* what);
+  ImportedTensor(ImportedTensor&& other) noexcept : managed_(other.managed_) {
+    other.managed_ = nullptr;
+  }
+  ImportedTensor(const ImportedTensor&) = delete;
+  ImportedTensor& operator=(const ImportedTensor&) = delete;
+  ImportedTensor& operator=(ImportedTensor&&) = delete;
+  /// Hands the tensor back to its producer; the GIL must be held (numpy's deleter needs it).
+  ~ImportedTensor();
+
+  /// The tensor as the producer described it.
+  const DLTensor& tensor() const { return managed_->dl_tensor; }
+
+ private:
+  explicit ImportedTensor(DLManagedTensor* managed) : managed_(managed) {}
+  DLManagedTensor* managed_;
+};
+
+}  // namespace nibble::python
