@@ -12,7 +12,8 @@
 // Devices: with RuntimeOptions::device (or a device backend named alone), layers run on a device
 // and take tensors there (layer.device() says where; layer.device_memory() allocates and copies
 // through the backend, so a program needs no device library). A device forward is queued on the
-// stream it is given and returns before the result is ready: synchronize that stream first.
+// stream it is given and returns before the result is ready: synchronize that stream before
+// reading y, and before the last copy of a layer goes (its weight is released then).
 #pragma once
 
 #include <nibble/checkpoint.hpp>
