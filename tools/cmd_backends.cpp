@@ -1,7 +1,9 @@
 // nibble backends [--json]: every plugin file looked at and its outcome, each backend's version,
-// availability with the probe's reason, and its kernels.
+// availability with the probe's reason, its devices (for a device backend) and its kernels with
+// the device each runs on.
 #include <nibble/registry.hpp>
 #include <nibble/registry_report.hpp>
+#include <nibble/sdk/device.hpp>
 #include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
@@ -34,16 +36,20 @@ void print_text(const nibble::Registry& reg) {
                nibble::escape_untrusted(b.version), nibble::escape_untrusted(b.vendor), b.abi_major,
                b.abi_minor, b.available ? "available" : "UNAVAILABLE");
     fmt::print("    probe: {}\n", b.probe_detail.empty() ? "-" : b.probe_detail);
+    if (b.device_memory)
+      fmt::print("    devices: {} {}\n", b.device_count,
+                 nibble::sdk::device_type_name(b.device_memory->device_type));
     if (b.kernels.empty()) {
       fmt::print("    kernels: none yet (this backend declares no kernel)\n");
       continue;
     }
     for (const auto& k : b.kernels)
       fmt::print(
-          "    kernel {:<16} {:<7} priority {:<4} mode {:<20} bound f32 {:.0e} f16 {:.0e} bf16 "
-          "{:.0e}\n",
+          "    kernel {:<16} {:<7} priority {:<4} mode {:<20} device {:<7} bound f32 {:.0e} f16 "
+          "{:.0e} bf16 {:.0e}\n",
           nibble::escape_untrusted(k.name), nibble::op_label(k.op), k.priority,
-          nibble::mode_name(k.mode), k.bound_f32, k.bound_f16, k.bound_bf16);
+          nibble::mode_name(k.mode), nibble::sdk::device_type_name(k.device_type), k.bound_f32,
+          k.bound_f16, k.bound_bf16);
   }
 }
 
@@ -55,7 +61,8 @@ int nibble_cmd_backends(int argc, char** argv) {
     fmt::print(
         "usage: nibble backends [--json] [runtime flags]\n\n"
         "Lists every plugin file looked at and what became of it, each backend with its\n"
-        "version, availability (and the probe's reason) and its kernels.\n\n{}\n"
+        "version, availability (and the probe's reason), the devices it finds (a device\n"
+        "backend) and its kernels with the device each runs on.\n\n{}\n"
         "example: nibble backends --plugin-dir ./my-plugins --json\n",
         nibble::cli::common_flags_help());
     return 0;

@@ -1,4 +1,5 @@
 #include <nibble/registry_report.hpp>
+#include <nibble/sdk/device.hpp>
 #include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
@@ -30,16 +31,21 @@ nlohmann::json registry_report(const Registry& reg) {
            {"op", op_label(k.op)},
            {"priority", k.priority},
            {"mode", mode_name(k.mode)},
+           {"device", sdk::device_type_name(k.device_type)},
            {"error_bound", {{"f32", k.bound_f32}, {"f16", k.bound_f16}, {"bf16", k.bound_bf16}}}});
-    j["backends"].push_back({{"name", escape_untrusted(b.name)},
-                             {"version", escape_untrusted(b.version)},
-                             {"vendor", escape_untrusted(b.vendor)},
-                             {"description", escape_untrusted(b.description)},
-                             {"file", escape_untrusted(b.file)},
-                             {"abi", fmt::format("{}.{}", b.abi_major, b.abi_minor)},
-                             {"available", b.available},
-                             {"probe", b.probe_detail},
-                             {"kernels", kb}});
+    nlohmann::json backend = {{"name", escape_untrusted(b.name)},
+                              {"version", escape_untrusted(b.version)},
+                              {"vendor", escape_untrusted(b.vendor)},
+                              {"description", escape_untrusted(b.description)},
+                              {"file", escape_untrusted(b.file)},
+                              {"abi", fmt::format("{}.{}", b.abi_major, b.abi_minor)},
+                              {"available", b.available},
+                              {"probe", b.probe_detail},
+                              {"kernels", kb}};
+    if (b.device_memory)
+      backend["devices"] = {{"type", sdk::device_type_name(b.device_memory->device_type)},
+                            {"count", b.device_count}};
+    j["backends"].push_back(backend);
   }
   return j;
 }
