@@ -130,6 +130,12 @@ nibble_status PreparedLayer::forward_raw(const nibble_forward_args* args, int th
       message);
 }
 
+nibble_status PreparedLayer::forward_as_given(const nibble_forward_args* args, int threads,
+                                              int64_t M, std::string* message) const {
+  host::Workspace ws;
+  return status_of([&] { p_.forward(*args, M, threads, ws); }, message);
+}
+
 nibble_status PreparedLayer::forward(const DLTensor* x, DLTensor* y, const DLTensor* ids,
                                      const DLTensor* weights, int threads,
                                      std::string* message) const {

@@ -111,9 +111,13 @@ class PreparedLayer {
   /// fills *message on failure.
   nibble_status forward(const DLTensor* x, DLTensor* y, const DLTensor* ids,
                         const DLTensor* weights, int threads, std::string* message) const;
-  /// Call forward with raw arguments (robustness checks pass broken ones).
+  /// Call forward with raw arguments (robustness checks pass broken ones), staged on the kernel's
+  /// device as forward() does.
   nibble_status forward_raw(const nibble_forward_args* args, int threads, int64_t M,
                             std::string* message) const;
+  /// Call forward with `args` exactly as given, on whatever device they say they are.
+  nibble_status forward_as_given(const nibble_forward_args* args, int threads, int64_t M,
+                                 std::string* message) const;
   const nibble_kernel* kernel() const { return p_.kernel(); }
 
  private:

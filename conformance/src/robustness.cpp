@@ -2,6 +2,7 @@
 // error status with a message, not crash), valid strided tensors, and concurrent forward calls
 // on one prepared handle giving identical results.
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "grid.hpp"
@@ -238,16 +239,39 @@ void check_bad_tensors(const SuiteContext& ctx, const Subject& s, CheckResult& r
       {"topk_ids missing", [](Call& c, const Subject&) { c.args.topk_ids = nullptr; }, true},
   };
   std::vector<std::string> failures, noted;
-  const bool on_device = bool(tensor_device(s.layer->kernel()));
+  const sdk::host::Device device = tensor_device(s.layer->kernel());
+  const bool on_device = bool(device);
   size_t tried = 0;
   for (const Case& bad : cases) {
     if (bad.moe_only && !s.moe()) continue;
     auto call = make_call(s, 4);
-    bad.edit(*call, s);
     report_step(bad.what);
     std::string message;
     ++tried;
-    nibble_status st = s.layer->forward_raw(&call->args, ctx.options.threads, 4, &message);
+    nibble_status st = NIBBLE_OK;
+    if (!on_device) {
+      bad.edit(*call, s);
+      st = s.layer->forward_raw(&call->args, ctx.options.threads, 4, &message);
+    } else {
+      // The valid call is staged on the device first, and the copies are what gets broken: a
+      // shape that claims more than the host buffer holds must not be copied from it. A broken
+      // value travels with the copy, so that edit comes first.
+      if (bad.a_value_on_the_device) bad.edit(*call, s);
+      std::optional<sdk::host::StagedForward> staged;
+      st = status_of([&] { staged.emplace(device, call->args, nullptr); }, &message);
+      if (st != NIBBLE_OK) {
+        failures.push_back(std::string(bad.what) + ": staging the valid call failed: " + message);
+        continue;
+      }
+      call->x->t = *staged->args().x;
+      call->y->t = *staged->args().y;
+      if (s.moe()) {
+        call->ids->t = *staged->args().topk_ids;
+        call->weights->t = *staged->args().topk_weights;
+      }
+      if (!bad.a_value_on_the_device) bad.edit(*call, s);
+      st = s.layer->forward_as_given(&call->args, ctx.options.threads, 4, &message);
+    }
     if (st == NIBBLE_OK && on_device && bad.a_value_on_the_device)
       noted.push_back(bad.what);
     else if (st == NIBBLE_OK)

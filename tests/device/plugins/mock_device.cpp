@@ -46,6 +46,8 @@ class MockMemory : public sdk::DeviceMemory {
   explicit MockMemory(int devices) : devices_(devices) {}
   int32_t device_type() const override { return kDevice; }
   int device_count() override { return devices_; }
+  /// The devices this memory manages (device_count for const callers).
+  int devices() const { return devices_; }
   void* alloc(int device_id, size_t bytes) override {
     require_device(device_id);
     void* p = std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
@@ -223,7 +225,7 @@ std::string why_not_quantized(const nibble_layer_desc& d) {
 std::string why_not_index(const nibble_layer_desc& d, const MockMemory& memory) {
   const DLDevice device = sdk::layer_device(d);
   if (device.device_type != kDevice) return "";
-  if (device.device_id < 0 || device.device_id >= const_cast<MockMemory&>(memory).device_count())
+  if (device.device_id < 0 || device.device_id >= memory.devices())
     return "no mock device " + std::to_string(device.device_id);
   return "";
 }
