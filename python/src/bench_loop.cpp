@@ -17,9 +17,8 @@ void bind_bench(py::module_& m) {
         const ImportedTensor x_in = ImportedTensor::from(x, "x");
         RowView x_rows(x_in.tensor(), "x", layer.in_features());
         require_float(x_rows, "x");
-        std::vector<int64_t> shape = x_rows.leading();
-        shape.push_back(layer.out_features());
-        Output y(x, x_rows, py::reinterpret_borrow<py::object>(out), shape, x_rows.dtype());
+        Output y(x, x_rows, py::reinterpret_borrow<py::object>(out), layer.out_features(),
+                 x_rows.dtype());
         py::gil_scoped_release nogil;
         const auto start = std::chrono::steady_clock::now();
         for (int64_t i = 0; i < n; ++i) layer.forward(x_rows.tensor(), y.tensor());

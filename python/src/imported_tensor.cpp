@@ -36,6 +36,12 @@ DLManagedTensor* consume(py::handle capsule, const char* what) {
   return managed;
 }
 
+[[noreturn]] void throw_not_cpu(const char* what, DLDevice device) {
+  throw InvalidArgument(std::string(what) + " is on " + device_text(device) +
+                        "; nibble's layers read and write CPU memory (cpu, cuda_host, "
+                        "rocm_host): move it first (torch: .cpu())");
+}
+
 // The producer's own exception ("TypeError: ..."), without pybind11's traceback, for a
 // __dlpack__ or __dlpack_device__ that raised; the Python error is cleared when `e` goes.
 std::string producer_message(const py::error_already_set& e) {
@@ -44,10 +50,51 @@ std::string producer_message(const py::error_already_set& e) {
   return type + ": " + std::string(py::str(e.value()));
 }
 
+// torch's own export, for torch.Tensor and torch.nn.Parameter exactly: Tensor.__dlpack__ and
+// __dlpack_device__ are Python functions around it that cost some 8 us a tensor in torch 1.13, more
+// than a small layer's forward. Subclasses (which may override how they export) take the protocol.
+// torch is looked up in sys.modules only, never imported, and kept once found.
+py::handle torch_to_dlpack(py::handle obj) {
+  static PyObject* tensor_type = nullptr;
+  static PyObject* parameter_type = nullptr;
+  static PyObject* to_dlpack = nullptr;
+  if (!to_dlpack) {
+    PyObject* torch = PyDict_GetItemString(PySys_GetObject("modules"), "torch");
+    if (!torch || torch == Py_None) return {};
+    py::object t = py::reinterpret_borrow<py::object>(torch);
+    py::object exporter = py::getattr(py::getattr(t, "_C", py::none()), "_to_dlpack", py::none());
+    if (exporter.is_none()) return {};
+    tensor_type = py::object(t.attr("Tensor")).release().ptr();
+    parameter_type = py::object(t.attr("nn").attr("Parameter")).release().ptr();
+    to_dlpack = exporter.release().ptr();
+  }
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
+  return type == tensor_type || type == parameter_type ? py::handle(to_dlpack) : py::handle();
+}
+
 }  // namespace
 
-ImportedTensor ImportedTensor::from(py::handle obj, const char* what) {
+ImportedTensor ImportedTensor::from(py::handle obj, const char* what, bool written) {
   if (PyCapsule_CheckExact(obj.ptr())) return ImportedTensor(consume(obj, what));
+  if (py::handle export_torch = torch_to_dlpack(obj)) {
+    // Reading a tensor that requires grad is reading it detached (nibble computes no gradients);
+    // writing one would go behind autograd's back, which Tensor.__dlpack__ refuses too.
+    if (written && py::getattr(obj, "requires_grad").cast<bool>())
+      throw InvalidArgument(std::string(what) +
+                            " requires grad; nibble writes its output outside autograd: pass a "
+                            "tensor that does not require grad");
+    py::object capsule;
+    try {
+      capsule = export_torch(obj);
+    } catch (const py::error_already_set& e) {
+      throw InvalidArgument(std::string(what) +
+                            ": torch's to_dlpack failed: " + producer_message(e));
+    }
+    ImportedTensor imported(consume(capsule, what));
+    const DLDevice device = imported.tensor().device;
+    if (!sdk::is_cpu_memory(device)) throw_not_cpu(what, device);
+    return imported;
+  }
   py::object export_fn = py::getattr(obj, "__dlpack__", py::none());
   if (export_fn.is_none())
     throw InvalidArgument(std::string(what) +
@@ -67,10 +114,7 @@ ImportedTensor ImportedTensor::from(py::handle obj, const char* what) {
       throw InvalidArgument(std::string(what) +
                             ": its __dlpack_device__() did not return (device_type, device_id)");
     }
-    if (!sdk::is_cpu_memory(device))
-      throw InvalidArgument(std::string(what) + " is on " + device_text(device) +
-                            "; nibble's layers read and write CPU memory (cpu, cuda_host, "
-                            "rocm_host): move it first (torch: .cpu())");
+    if (!sdk::is_cpu_memory(device)) throw_not_cpu(what, device);
   }
   py::object capsule;
   try {

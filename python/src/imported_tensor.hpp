@@ -13,10 +13,12 @@ namespace py = pybind11;
 
 class ImportedTensor {
  public:
-  /// Import `obj`, named `what` in errors ("x", "out", ...). A device that the CPU cannot address
-  /// is refused (from __dlpack_device__, before anything is exported). Throws
-  /// nibble::InvalidArgument.
-  static ImportedTensor from(py::handle obj, const char* what);
+  /// Import `obj`, named `what` in errors ("x", "out", ...), to be read or, when `written`,
+  /// written. A device that the CPU cannot address is refused (from __dlpack_device__ where the
+  /// producer has one, before anything is exported). torch.Tensor and torch.nn.Parameter are
+  /// exported with torch's own to_dlpack (what Tensor.__dlpack__ calls, without its Python-level
+  /// cost). Throws nibble::InvalidArgument.
+  static ImportedTensor from(py::handle obj, const char* what, bool written = false);
   ImportedTensor(ImportedTensor&& other) noexcept : managed_(other.managed_) {
     other.managed_ = nullptr;
   }

@@ -4,6 +4,7 @@
 #include <nibble/sdk/numeric.hpp>
 #include <nibble/untrusted_text.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "tensor_text.hpp"
@@ -28,27 +29,27 @@ void require_float(const RowView& rows, const char* what) {
                           "; expected float32, bfloat16 or float16");
 }
 
-py::object new_output(py::handle like, const std::vector<int64_t>& shape, DLDataType dtype) {
+py::object new_output(py::handle like, std::span<const int64_t> leading, int64_t cols,
+                      DLDataType dtype) {
   // The choice of library is made in Python (nibble/_outputs.py), where it reads plainly; looked
   // up once and kept for the life of the process.
   static py::handle make =
       py::object(py::module_::import("nibble._outputs").attr("new_output")).release();
-  py::tuple dims(shape.size());
-  for (size_t i = 0; i < shape.size(); ++i) dims[i] = py::int_(shape[i]);
+  py::tuple dims(leading.size() + 1);
+  for (size_t i = 0; i < leading.size(); ++i) dims[i] = py::int_(leading[i]);
+  dims[leading.size()] = py::int_(cols);
   return make(like, dims, dtype_text(dtype));
 }
 
-Output::Output(py::handle x, const RowView& x_rows, py::object out, std::vector<int64_t> shape,
+Output::Output(py::handle x, const RowView& x_rows, py::object out, int64_t cols,
                DLDataType dtype) {
-  object_ = out.is_none() ? new_output(x, shape, dtype) : std::move(out);
-  imported_.emplace(ImportedTensor::from(object_, "out"));
-  rows_.emplace(imported_->tensor(), "out", shape.back());
-  const std::vector<int64_t> leading(shape.begin(), shape.end() - 1);
-  if (rows_->leading() != leading) {
-    std::vector<int64_t> got = rows_->leading();
-    got.push_back(shape.back());
-    throw InvalidArgument("out has shape " + shape_text(got) + "; expected " + shape_text(shape));
-  }
+  object_ = out.is_none() ? new_output(x, x_rows.leading(), cols, dtype) : std::move(out);
+  imported_.emplace(ImportedTensor::from(object_, "out", true));
+  rows_.emplace(imported_->tensor(), "out", cols);
+  const std::span<const int64_t> want = x_rows.leading(), got = rows_->leading();
+  if (!std::equal(want.begin(), want.end(), got.begin(), got.end()))
+    throw InvalidArgument("out has shape " + shape_text(got, cols) + "; expected " +
+                          shape_text(want, cols));
   if (!sdk::same_dtype(rows_->dtype(), dtype))
     throw InvalidArgument("out has dtype " + dtype_text(rows_->dtype()) + "; expected " +
                           dtype_text(dtype) + " (x's)");

@@ -9,8 +9,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
-#include <vector>
 
 #include "imported_tensor.hpp"
 #include "row_view.hpp"
@@ -22,16 +22,17 @@ namespace py = pybind11;
 /// Throw InvalidArgument unless `rows` (named `what`) is float32, bfloat16 or float16.
 void require_float(const RowView& rows, const char* what);
 
-/// A new uninitialised tensor of `shape` and `dtype` from the library of `like`: torch.Tensor in,
-/// torch.Tensor out; numpy.ndarray in, numpy.ndarray out; anything else, a nibble.Tensor.
-py::object new_output(py::handle like, const std::vector<int64_t>& shape, DLDataType dtype);
+/// A new uninitialised tensor [*leading, cols] of `dtype` from the library of `like`:
+/// torch.Tensor in, torch.Tensor out; numpy.ndarray in, numpy.ndarray out; anything else, a
+/// nibble.Tensor.
+py::object new_output(py::handle like, std::span<const int64_t> leading, int64_t cols,
+                      DLDataType dtype);
 
-/// The output of a call: `out` when given (checked against `shape` and `dtype`), else a
-/// new_output() like `x`; imported and viewed as rows of shape.back() elements.
+/// The output of a call on x: `out` when given (checked to be [*x's leading dimensions, cols] of
+/// `dtype`), else a new_output() like x; imported and viewed as rows of `cols` elements.
 class Output {
  public:
-  Output(py::handle x, const RowView& x_rows, py::object out, std::vector<int64_t> shape,
-         DLDataType dtype);
+  Output(py::handle x, const RowView& x_rows, py::object out, int64_t cols, DLDataType dtype);
   /// The rows the forward writes.
   DLTensor& tensor() { return rows_->tensor(); }
   /// What the call returns: `out` itself, or the new tensor.

@@ -15,9 +15,7 @@ py::object call_linear(const LinearLayer& layer, py::handle x, py::object out) {
     const ImportedTensor x_in = ImportedTensor::from(x, "x");
     RowView x_rows(x_in.tensor(), "x", layer.in_features());
     require_float(x_rows, "x");
-    std::vector<int64_t> shape = x_rows.leading();
-    shape.push_back(layer.out_features());
-    Output y(x, x_rows, std::move(out), std::move(shape), x_rows.dtype());
+    Output y(x, x_rows, std::move(out), layer.out_features(), x_rows.dtype());
     record_call(x_rows.tensor(), y.tensor());
     {
       // The imports keep both tensors alive; nothing below touches a Python object.

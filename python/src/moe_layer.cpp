@@ -6,6 +6,7 @@
 #include <nibble/sdk/host/matrix.hpp>
 #include <nibble/sdk/numeric.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 #include "bindings.hpp"
@@ -19,14 +20,11 @@ namespace {
 
 // A routing tensor [..., top_k] whose leading dimensions match x's.
 void check_routing(const RowView& r, const RowView& x, const char* what, int top_k) {
-  if (r.leading() != x.leading()) {
-    std::vector<int64_t> expected = x.leading();
-    expected.push_back(top_k);
-    std::vector<int64_t> got = r.leading();
-    got.push_back(top_k);
-    throw InvalidArgument(std::string(what) + " has shape " + shape_text(got) + "; expected " +
-                          shape_text(expected) + " (x's leading dimensions, top_k)");
-  }
+  const std::span<const int64_t> want = x.leading(), got = r.leading();
+  if (!std::equal(want.begin(), want.end(), got.begin(), got.end()))
+    throw InvalidArgument(std::string(what) + " has shape " + shape_text(got, top_k) +
+                          "; expected " + shape_text(want, top_k) +
+                          " (x's leading dimensions, top_k)");
 }
 
 py::object call_moe(const MoeLayer& moe, py::handle x, py::object out) {
@@ -34,9 +32,7 @@ py::object call_moe(const MoeLayer& moe, py::handle x, py::object out) {
     const ImportedTensor x_in = ImportedTensor::from(x, "x");
     RowView x_rows(x_in.tensor(), "x", moe.hidden());
     require_float(x_rows, "x");
-    std::vector<int64_t> shape = x_rows.leading();
-    shape.push_back(moe.hidden());
-    Output y(x, x_rows, std::move(out), std::move(shape), x_rows.dtype());
+    Output y(x, x_rows, std::move(out), moe.hidden(), x_rows.dtype());
     record_call(x_rows.tensor(), y.tensor());
     {
       py::gil_scoped_release nogil;
@@ -62,9 +58,7 @@ py::object call_experts(const MoeLayer& moe, py::handle x, py::handle topk_ids,
     RowView weights(weights_in.tensor(), "topk_weights", moe.top_k());
     check_routing(weights, x_rows, "topk_weights", moe.top_k());
     require_float(weights, "topk_weights");
-    std::vector<int64_t> shape = x_rows.leading();
-    shape.push_back(moe.hidden());
-    Output y(x, x_rows, std::move(out), std::move(shape), x_rows.dtype());
+    Output y(x, x_rows, std::move(out), moe.hidden(), x_rows.dtype());
     record_call(x_rows.tensor(), y.tensor());
     {
       py::gil_scoped_release nogil;
@@ -87,14 +81,12 @@ py::tuple call_route(const MoeLayer& moe, py::handle x) {
       py::gil_scoped_release nogil;
       moe.route(x_rows.tensor(), ids, weights);
     }
-    std::vector<int64_t> shape = x_rows.leading();
-    shape.push_back(moe.top_k());
-    py::object ids_out = new_output(x, shape, sdk::dtype_i32());
-    py::object weights_out = new_output(x, shape, sdk::dtype_f32());
+    py::object ids_out = new_output(x, x_rows.leading(), moe.top_k(), sdk::dtype_i32());
+    py::object weights_out = new_output(x, x_rows.leading(), moe.top_k(), sdk::dtype_f32());
     for (auto [object, source, bytes] :
          {std::tuple{&ids_out, static_cast<const void*>(ids.data()), ids.size() * 4},
           std::tuple{&weights_out, static_cast<const void*>(weights.data()), weights.size() * 4}}) {
-      const ImportedTensor t = ImportedTensor::from(*object, "route output");
+      const ImportedTensor t = ImportedTensor::from(*object, "route output", true);
       if (bytes)
         std::memcpy(static_cast<char*>(t.tensor().data) + t.tensor().byte_offset, source, bytes);
     }

@@ -35,6 +35,12 @@ std::string shape_text(const int64_t* shape, int ndim) {
   return s + "]";
 }
 
+std::string shape_text(std::span<const int64_t> leading, int64_t last) {
+  std::vector<int64_t> shape(leading.begin(), leading.end());
+  shape.push_back(last);
+  return shape_text(shape);
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   return shape_text(shape.data(), int(shape.size()));
 }

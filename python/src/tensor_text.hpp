@@ -5,6 +5,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,5 +19,7 @@ std::string device_text(DLDevice device);
 std::string shape_text(const int64_t* shape, int ndim);
 /// "[2, 3, 512]".
 std::string shape_text(const std::vector<int64_t>& shape);
+/// "[2, 3, 512]" for leading dimensions {2, 3} and a last one of 512.
+std::string shape_text(std::span<const int64_t> leading, int64_t last);
 
 }  // namespace nibble::python

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "schemes/group_rows.hpp"
+
 namespace {
 
 // Reads fuzz bytes as small integers, 0 once exhausted.
@@ -74,6 +76,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto encoded = nibble::get_scheme(kind).encode(w);
     (void)encoded;
   } catch (const nibble::Error&) {
+  }
+  // A row-parallel shard from an engine: with a g_idx the group rows come from scales.
+  if (kind != nibble::SchemeKind::AwqGemm) {
+    try {
+      nibble::CanonicalWeight w =
+          nibble::schemes::decode_gptq(kind, t, params, nibble::schemes::GroupRows::FromScales);
+      nibble::validate(w, "fuzzed shard");
+    } catch (const nibble::Error&) {
+    }
   }
   return 0;
 }

@@ -55,7 +55,6 @@ class FakeDevice:
         ([[0.0] * 512], "list"),
         ("x", "str"),
         (FakeDevice(), "cuda:1"),
-        (torch.randn(2, 512, requires_grad=True), "detach"),
         (np.zeros((2, 512), np.float32)[::-1], "x"),
     ],
 )
@@ -81,6 +80,15 @@ def test_bad_outputs(lin, out, mentions):
     with pytest.raises(nibble.InvalidArgument) as e:
         lin(torch.randn(3, 512), out=out)
     assert "out" in str(e.value) and mentions in str(e.value)
+
+
+def test_gradients(lin):
+    # x requiring grad is read detached; an out requiring grad is not written behind autograd.
+    x = torch.randn(3, 512, requires_grad=True)
+    assert torch.equal(lin(x), lin(x.detach()))
+    assert not lin(x).requires_grad
+    with pytest.raises(nibble.InvalidArgument, match="out requires grad"):
+        lin(x, out=torch.empty(3, 384, requires_grad=True))
 
 
 def test_output_over_its_input(lin):
