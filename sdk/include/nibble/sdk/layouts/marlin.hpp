@@ -133,14 +133,15 @@ struct Packed {
   std::vector<uint32_t> qweight;  ///< [K/16][N*bits/2]
   std::vector<float> scales;      ///< [G][N] permuted, exact copies of the checkpoint's scales
   DLDataType scales_dtype{};      ///< the checkpoint's scale dtype (f16, bf16 or f32)
-  std::vector<uint32_t> zeros;    ///< [G][N*bits/32] permuted, interleaved; empty if symmetric
+  /// [G][N*bits/32] permuted, interleaved; empty if symmetric (unless asked to keep them)
+  std::vector<uint32_t> zeros;
   /// Act-order: layout row k holds input channel columns[k], of group groups[k]; both empty
   /// without act-order (row k is channel k, of group k / group_size).
   std::vector<int32_t> columns, groups;
   /// Where output n's scale sits in a row of `scales` (the inverse of the scale permutation).
   std::vector<int64_t> scale_position;
-  /// Where output n's zero point sits in a row of `zeros`: word and bit shift (empty if
-  /// symmetric).
+  /// Where output n's zero point sits in a row of `zeros`: word and bit shift (empty when
+  /// `zeros` is).
   std::vector<int64_t> zero_word;
   std::vector<int8_t> zero_shift;
 
@@ -153,8 +154,9 @@ struct Packed {
 
 /// Repack a canonical weight; throws UNSUPPORTED for what Marlin cannot represent (a zero point of
 /// 2^bits, zero points with act-order, shapes outside its rules) and INVALID_ARGUMENT for a q value
-/// wider than the weight's bits.
-inline Packed pack(const QuantWeight& w) {
+/// wider than the weight's bits. `keep_zero_points` stores zero points even when they are all
+/// 2^(bits-1) (for a stack of experts of which some are asymmetric).
+inline Packed pack(const QuantWeight& w, bool keep_zero_points = false) {
   Packed m;
   m.bits = w.bits();
   m.K = w.K();
@@ -214,7 +216,7 @@ inline Packed pack(const QuantWeight& w) {
       m.scales[size_t(g * N + m.scale_position[size_t(n)])] = w.scale(g, n);
 
   // Zero points: scale_perm (never the single one), interleave, pack along N.
-  if (!m.symmetric) {
+  if (!m.symmetric || keep_zero_points) {
     const std::vector<int> order_in_word = interleave(m.bits);
     const int64_t L = int64_t(order_in_word.size()), words = N / pack_count;
     std::vector<int> inverse_interleave(static_cast<size_t>(L));
