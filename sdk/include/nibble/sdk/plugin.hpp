@@ -5,7 +5,9 @@
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/sdk/device.hpp>  // device names, which tensors fit which device
 #include <nibble/sdk/numeric.hpp>
+#include <nibble/sdk/plugin/device_memory.hpp>  // DeviceMemory: a device backend's memory calls
 #include <nibble/sdk/plugin/error.hpp>          // sdk::PluginError, require, the status mapping
 #include <nibble/sdk/plugin/glue.hpp>           // the C tables, loads, NIBBLE_PLUGIN
 #include <nibble/sdk/plugin/host_services.hpp>  // sdk::Host: log, thread budget

@@ -9,9 +9,17 @@
 // one load, made at the first call and never freed (such a host calls shutdown from its exit
 // handlers, after this library's static destructors may have run). The contextless probe and
 // shutdown act on the process's first load, whichever host made it.
+//
+// Devices (ABI 1.3). A kernel's KernelInfo::device_type becomes nibble_kernel.device_type, and the
+// Backend's DeviceMemory becomes the load's nibble_device_memory table. A host older than 1.3
+// cannot see either (it would hand host pointers to a device kernel), so its entry calls list
+// only the CPU kernels. A layer on another device than the kernel's is refused with a reason in
+// can_implement (and prepare), and forward's tensors are checked against the kernel's device.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/sdk/device.hpp>
+#include <nibble/sdk/plugin/device_memory.hpp>
 #include <nibble/sdk/plugin/error.hpp>
 #include <nibble/sdk/plugin/host_services.hpp>
 #include <nibble/sdk/plugin/kernel.hpp>
@@ -38,6 +46,7 @@ struct KernelSlot {
   std::string name;
   const nibble_host* host = nullptr;
   const char* plugin = "";
+  int32_t device_type = kDLCPU;
 };
 
 inline const KernelSlot& slot_of(const nibble_kernel* self) {
@@ -55,12 +64,21 @@ nibble_status kernel_call(const nibble_kernel* self, nibble_error* error, F&& f)
   return guarded(error, std::forward<F>(f));
 }
 
+// Why kernel `slot` cannot take a layer on `desc`'s device ("" when it can).
+inline std::string why_not_device(const KernelSlot& slot, const nibble_layer_desc& desc) {
+  const DLDevice layer = layer_device(desc);
+  if (normal_device_type(layer.device_type) == slot.device_type) return "";
+  return slot.name + " runs on " + device_type_name(slot.device_type) + ", the layer is on " +
+         device_name(layer);
+}
+
 inline int32_t c_can_implement(const nibble_kernel* self, const nibble_layer_desc* desc,
                                nibble_error* reason) {
   std::string why;
   nibble_status s = kernel_call(self, reason, [&] {
     require(desc != nullptr, "layer descriptor is missing");
-    why = slot_of(self).kernel->why_not(*desc);
+    why = why_not_device(slot_of(self), *desc);
+    if (why.empty()) why = slot_of(self).kernel->why_not(*desc);
   });
   if (s != NIBBLE_OK) return 0;
   if (!why.empty()) {
@@ -86,7 +104,8 @@ inline nibble_status c_prepare(const nibble_kernel* self, const nibble_layer_des
     require(desc != nullptr && weight != nullptr && out != nullptr, "prepare: null argument");
     *out = nullptr;
     const Kernel& k = *slot_of(self).kernel;
-    std::string why = k.why_not(*desc);
+    std::string why = why_not_device(slot_of(self), *desc);
+    if (why.empty()) why = k.why_not(*desc);
     if (!why.empty()) throw PluginError(NIBBLE_UNSUPPORTED, why);
     switch (desc->op) {
       case NIBBLE_OP_LINEAR:
@@ -115,12 +134,16 @@ inline nibble_status c_forward(const nibble_kernel* self, const nibble_prepared*
   return kernel_call(self, error, [&] {
     if (p == nullptr) detail::reject("forward: the prepared weight is null");
     const Prepared& prep = prepared_of(p);
-    ForwardArgs f = check_forward_args(prep.desc(), args);
+    ForwardArgs f = check_forward_args(prep.desc(), args, slot_of(self).device_type);
     Exec e;
     if (exec) {
       e.workspace = exec->workspace;
       e.workspace_size = exec->workspace_size;
       e.num_threads = std::max(1, int(exec->num_threads));
+#if NIBBLE_ABI_MINOR >= 3
+      if (has_field(exec->struct_size, offsetof(nibble_exec, stream), sizeof(void*)))
+        e.stream = exec->stream;
+#endif
     }
     size_t need = prep.workspace_bytes(f.M);
     if (e.workspace_size < need)
@@ -145,14 +168,79 @@ inline size_t c_prepared_bytes(const nibble_kernel* self, const nibble_prepared*
 }
 #endif
 
-// One load of backend B: its instance, its kernels, and the host table its entry call was given.
+// One load of backend B: its instance, its kernels, the host table its entry call was given, and
+// its device memory (when a kernel runs on a device).
 template <class B>
 struct Load {
   const nibble_host* host = nullptr;
   std::unique_ptr<B> backend;
   std::vector<std::unique_ptr<KernelSlot>> slots;
-  std::vector<const nibble_kernel*> table;
+  std::vector<const nibble_kernel*> table;      // every kernel, for a host of ABI 1.3 or later
+  std::vector<const nibble_kernel*> cpu_table;  // the CPU kernels, for an older host
+  DeviceMemory* memory = nullptr;
+#if NIBBLE_ABI_MINOR >= 3
+  nibble_device_memory memory_table{};
+#endif
 };
+
+#if NIBBLE_ABI_MINOR >= 3
+// The C face of a load's DeviceMemory; plugin_context is the load.
+template <class B>
+Load<B>& load_of(void* plugin_context) {
+  if (!plugin_context) throw PluginError(NIBBLE_INVALID_ARGUMENT, "device memory: no load");
+  return *static_cast<Load<B>*>(plugin_context);
+}
+
+template <class B>
+int32_t c_device_count(void* plugin_context) {
+  int32_t count = 0;
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  guarded(nullptr, [&] { count = std::max(0, load_of<B>(plugin_context).memory->device_count()); });
+  return count;
+}
+
+template <class B>
+nibble_status c_device_alloc(void* plugin_context, int32_t device_id, size_t bytes, void** out,
+                             nibble_error* error) {
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  return guarded(error, [&] {
+    require(out != nullptr, "device memory alloc: the output pointer is null");
+    *out = nullptr;
+    require(bytes > 0, "device memory alloc: 0 bytes asked for");
+    *out = load_of<B>(plugin_context).memory->alloc(device_id, bytes);
+    if (!*out) throw PluginError(NIBBLE_OUT_OF_MEMORY, "device memory alloc returned nothing");
+  });
+}
+
+template <class B>
+void c_device_free(void* plugin_context, int32_t device_id, void* ptr) {
+  if (!ptr) return;
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  guarded(nullptr, [&] { load_of<B>(plugin_context).memory->free(device_id, ptr); });
+}
+
+template <class B>
+nibble_status c_device_copy(void* plugin_context, int32_t device_id, void* dst, const void* src,
+                            size_t bytes, int32_t direction, void* stream, nibble_error* error) {
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  return guarded(error, [&] {
+    require(direction == NIBBLE_COPY_HOST_TO_DEVICE || direction == NIBBLE_COPY_DEVICE_TO_HOST ||
+                direction == NIBBLE_COPY_DEVICE_TO_DEVICE,
+            "device memory copy: unknown direction " + std::to_string(direction));
+    if (bytes == 0) return;
+    require(dst != nullptr && src != nullptr, "device memory copy: a null pointer");
+    load_of<B>(plugin_context)
+        .memory->copy(device_id, dst, src, bytes, CopyDirection(direction), stream);
+  });
+}
+
+template <class B>
+nibble_status c_device_synchronize(void* plugin_context, int32_t device_id, void* stream,
+                                   nibble_error* error) {
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  return guarded(error, [&] { load_of<B>(plugin_context).memory->synchronize(device_id, stream); });
+}
+#endif
 
 // The process's first load: what the contextless probe and shutdown act on. A plain atomic
 // pointer, so nothing here is destroyed at exit.
@@ -174,6 +262,13 @@ std::unique_ptr<Load<B>> make_load(const nibble_host* host) {
     slot->kernel = std::move(k);
     slot->host = host;
     slot->plugin = B::name;
+    slot->device_type = normal_device_type(info.device_type);
+#if NIBBLE_ABI_MINOR < 3
+    if (slot->device_type != kDLCPU)
+      throw PluginError(NIBBLE_INTERNAL, "kernel " + slot->name + " runs on " +
+                                             device_type_name(slot->device_type) +
+                                             ", which needs ABI 1.3 or later (NIBBLE_ABI_MINOR)");
+#endif
     nibble_kernel& c = slot->c;
     c = nibble_kernel{};
     c.struct_size = sizeof(nibble_kernel);
@@ -192,9 +287,33 @@ std::unique_ptr<Load<B>> make_load(const nibble_host* host) {
 #if NIBBLE_ABI_MINOR >= 1
     c.prepared_bytes = &c_prepared_bytes;
 #endif
+#if NIBBLE_ABI_MINOR >= 3
+    c.device_type = slot->device_type;
+#endif
     load->table.push_back(&slot->c);
+    if (slot->device_type == kDLCPU) load->cpu_table.push_back(&slot->c);
     load->slots.push_back(std::move(slot));
   }
+  load->memory = load->backend->device_memory();
+  for (const auto& slot : load->slots)
+    if (slot->device_type != kDLCPU &&
+        (!load->memory || normal_device_type(load->memory->device_type()) != slot->device_type))
+      throw PluginError(NIBBLE_INTERNAL, "kernel " + slot->name + " runs on " +
+                                             device_type_name(slot->device_type) +
+                                             ", but the backend gives no device memory of that "
+                                             "type (Backend::device_memory)");
+#if NIBBLE_ABI_MINOR >= 3
+  if (load->memory) {
+    nibble_device_memory& m = load->memory_table;
+    m.struct_size = sizeof m;
+    m.device_type = normal_device_type(load->memory->device_type());
+    m.device_count = &c_device_count<B>;
+    m.alloc = &c_device_alloc<B>;
+    m.free = &c_device_free<B>;
+    m.copy = &c_device_copy<B>;
+    m.synchronize = &c_device_synchronize<B>;
+  }
+#endif
   return load;
 }
 
@@ -286,6 +405,10 @@ nibble_status entry(const nibble_host* host, nibble_plugin* out, nibble_error* e
     require(out != nullptr && out->struct_size >= offsetof(nibble_plugin, name),
             "entry: the plugin descriptor is missing or too small");
     Load<B>* load = load_for_entry<B>(host, out->struct_size);
+    // Only a host of 1.3 or later knows kernels run anywhere but on the CPU.
+    const bool host_knows_devices = host && host->abi_minor >= 3;
+    const std::vector<const nibble_kernel*>& kernels =
+        host_knows_devices ? load->table : load->cpu_table;
     nibble_plugin full{};
     full.abi_major = NIBBLE_ABI_MAJOR;
     full.abi_minor = NIBBLE_ABI_MINOR;
@@ -294,13 +417,16 @@ nibble_status entry(const nibble_host* host, nibble_plugin* out, nibble_error* e
     full.vendor = B::vendor;
     full.description = B::description;
     full.probe = &c_probe<B>;
-    full.kernel_count = uint32_t(load->table.size());
-    full.kernels = load->table.data();
+    full.kernel_count = uint32_t(kernels.size());
+    full.kernels = kernels.data();
     full.shutdown = &c_shutdown<B>;
 #if NIBBLE_ABI_MINOR >= 2
     full.plugin_context = load;
     full.probe2 = &c_probe2<B>;
     full.shutdown2 = &c_shutdown2<B>;
+#endif
+#if NIBBLE_ABI_MINOR >= 3
+    full.device_memory = host_knows_devices && load->memory ? &load->memory_table : nullptr;
 #endif
     full.struct_size = uint32_t(std::min<size_t>(out->struct_size, sizeof full));
     std::memcpy(out, &full, full.struct_size);

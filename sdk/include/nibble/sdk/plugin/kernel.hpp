@@ -1,9 +1,11 @@
-// The C++ object model a plugin author implements: a Backend (probe, kernel list, shutdown), its
-// Kernels (what they can implement, prepare) and their Prepared weights (forward). The C glue
-// (glue.hpp) turns these into the ABI's tables.
+// The C++ object model a plugin author implements: a Backend (probe, kernel list, device memory,
+// shutdown), its Kernels (what they can implement, on which device, prepare) and their Prepared
+// weights (forward). The C glue (glue.hpp) turns these into the ABI's tables.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/sdk/device.hpp>
+#include <nibble/sdk/plugin/device_memory.hpp>
 #include <nibble/sdk/plugin/error.hpp>
 #include <nibble/sdk/plugin/tensor_checks.hpp>
 
@@ -30,11 +32,14 @@ inline int max_zero(const nibble_layer_desc& d, bool w2 = false) {
 #endif
 }
 
-/// Scratch and threads for one forward call.
+/// Scratch, threads and stream for one forward call.
 struct Exec {
-  void* workspace = nullptr;
+  void* workspace = nullptr;  ///< host memory, even for a device kernel (which owns its scratch)
   size_t workspace_size = 0;
   int num_threads = 1;
+  /// The device stream to queue the forward on (CUDA: a cudaStream_t); nullptr for the default
+  /// stream, and always for a host older than ABI 1.3. A device forward returns once queued.
+  void* stream = nullptr;
 };
 
 /// A prepared (repacked) weight. Immutable after construction: forward is const and may run
@@ -74,6 +79,9 @@ struct KernelInfo {
   double bound_f32 = 0;
   double bound_f16 = 0;
   double bound_bf16 = 0;
+  /// The DLDeviceType forward's tensors live on: kDLCPU (host memory, also pinned) by default; a
+  /// device kernel's backend must also give DeviceMemory of this type (Backend::device_memory).
+  int32_t device_type = kDLCPU;
 };
 
 /// A kernel: says what it can implement and prepares weights for it.
@@ -106,6 +114,10 @@ class Backend {
   virtual Probe probe() { return Probe{true, 0, ""}; }
   /// The kernels this backend offers (called once per load, at the entry point).
   virtual std::vector<std::unique_ptr<Kernel>> make_kernels() = 0;
+  /// The device memory of this load (called once, at the entry point, after make_kernels): needed
+  /// when a kernel runs on a device, nullptr (the default) for a CPU backend. The Backend owns it;
+  /// it must stay valid until shutdown has returned.
+  virtual DeviceMemory* device_memory() { return nullptr; }
   /// Join every thread the backend started.
   virtual void shutdown() {}
 };
