@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "device_memory.hpp"
+#include "kernels.hpp"
 #include "probe.hpp"
 
 namespace nibble::cuda {
@@ -31,7 +33,20 @@ class CudaBackend : public sdk::Backend {
     p.detail = r.detail;
     return p;
   }
-  std::vector<std::unique_ptr<sdk::Kernel>> make_kernels() override { return {}; }
+  std::vector<std::unique_ptr<sdk::Kernel>> make_kernels() override {
+    std::vector<std::unique_ptr<sdk::Kernel>> k;
+    k.push_back(make_marlin_linear());
+    k.push_back(make_general_linear());
+    k.push_back(make_dense(cublas_));
+    k.push_back(make_marlin_moe());
+    return k;
+  }
+  sdk::DeviceMemory* device_memory() override { return &memory_; }
+  void shutdown() override { cublas_->clear(); }
+
+ private:
+  CudaDeviceMemory memory_;
+  std::shared_ptr<CublasPool> cublas_ = std::make_shared<CublasPool>();
 };
 
 }  // namespace nibble::cuda

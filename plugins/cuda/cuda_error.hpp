@@ -32,8 +32,8 @@ inline nibble_status status_of(cudaError_t e) {
 inline void check(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return;
   cudaGetLastError();
-  throw sdk::PluginError(status_of(e), what + ": " + cudaGetErrorName(e) + " (" +
-                                           cudaGetErrorString(e) + ")");
+  throw sdk::PluginError(status_of(e),
+                         what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 /// Makes `device` current for its lifetime and restores the previous device.
@@ -42,7 +42,8 @@ class DeviceGuard {
   /// Switch to `device` (throws UNAVAILABLE when it does not exist).
   explicit DeviceGuard(int device) {
     check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    if (previous_ != device)
+      check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
   }
   ~DeviceGuard() {
     int now = previous_;

@@ -16,9 +16,9 @@ GeneralWeight::GeneralWeight(int device, const sdk::QuantWeight& w) {
     for (int64_t k = 0; k < K; ++k) {
       const uint32_t v = w.q(n, k);
       if (v > max_q)
-        throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT, "q value " + std::to_string(v) +
-                                                            " does not fit " +
-                                                            std::to_string(bits) + " bits");
+        throw sdk::PluginError(
+            NIBBLE_INVALID_ARGUMENT,
+            "q value " + std::to_string(v) + " does not fit " + std::to_string(bits) + " bits");
       q[size_t((k / pack) * N + n)] |= v << (bits * (k % pack));
     }
   std::vector<float> scales(size_t(G * N));

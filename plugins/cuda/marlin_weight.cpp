@@ -15,9 +15,8 @@ DType dtype_of(DLDataType t, const std::string& what) {
   if (sdk::same_dtype(t, sdk::dtype_f16())) return DType::f16;
   if (sdk::same_dtype(t, sdk::dtype_bf16())) return DType::bf16;
   if (sdk::same_dtype(t, sdk::dtype_f32())) return DType::f32;
-  throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
-                         what + ": scales of dtype " + sdk::dtype_name(t) +
-                             " (expected f16, bf16 or f32)");
+  throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT, what + ": scales of dtype " + sdk::dtype_name(t) +
+                                                      " (expected f16, bf16 or f32)");
 }
 
 void copy_into(const DeviceBuffer& b, size_t offset, const void* host, size_t bytes, int device,
@@ -36,8 +35,8 @@ MarlinHost pack_marlin(const sdk::QuantWeight& w, bool keep_zero_points, const s
     h.packed = sdk::marlin::pack(w, keep_zero_points);
   } catch (const sdk::PluginError& e) {
     if (e.status() != NIBBLE_UNSUPPORTED) throw;
-    throw sdk::PluginError(NIBBLE_UNSUPPORTED, what + ": " + e.what() +
-                                                   "; the cuda backend's general kernel takes it");
+    throw sdk::PluginError(NIBBLE_UNSUPPORTED,
+                           what + ": " + e.what() + "; the cuda backend's general kernel takes it");
   }
   const sdk::marlin::Packed& p = h.packed;
   const int64_t slabs = p.K / 16;
@@ -53,9 +52,8 @@ MarlinHost pack_marlin(const sdk::QuantWeight& w, bool keep_zero_points, const s
         throw sdk::PluginError(
             NIBBLE_UNSUPPORTED,
             what + ": act-order groups do not fill whole 16-row slabs once sorted (rows " +
-                std::to_string(16 * s) + ".." + std::to_string(16 * s + 15) +
-                " span groups " + std::to_string(g) + " and " +
-                std::to_string(p.groups[size_t(16 * s + r)]) +
+                std::to_string(16 * s) + ".." + std::to_string(16 * s + 15) + " span groups " +
+                std::to_string(g) + " and " + std::to_string(p.groups[size_t(16 * s + r)]) +
                 "); the cuda backend's general kernel takes it");
     h.slab_groups[size_t(s)] = g;
   }
@@ -97,16 +95,16 @@ MarlinStack::MarlinStack(int device, int count, const MarlinHost& first)
 void MarlinStack::put(int index, const MarlinHost& w, const std::string& what) {
   const sdk::marlin::Packed& p = w.packed;
   sdk::require(index >= 0 && index < count_, what + ": index " + std::to_string(index) +
-                                                 " outside the stack of " +
-                                                 std::to_string(count_));
+                                                 " outside the stack of " + std::to_string(count_));
   sdk::require(p.K == view_.K && p.N == view_.N && p.bits == view_.bits &&
                    p.single_group == view_.single_group && p.num_groups == num_groups_ &&
                    int64_t(p.qweight.size()) == view_.expert_qweight &&
                    int64_t(p.zeros.size()) == view_.expert_zeros &&
                    int64_t(p.columns.size()) == view_.expert_columns &&
                    dtype_of(p.scales_dtype, what) == view_.scale_dtype,
-               what + ": shaped unlike the first weight of its stack (shape, bits, groups, zero "
-                      "points, act-order and scale dtype must agree)");
+               what +
+                   ": shaped unlike the first weight of its stack (shape, bits, groups, zero "
+                   "points, act-order and scale dtype must agree)");
   const size_t i = size_t(index);
   copy_into(qweight_, i * p.qweight.size() * 4, p.qweight.data(), p.qweight.size() * 4, device_,
             what);

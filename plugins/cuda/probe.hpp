@@ -9,8 +9,8 @@ namespace nibble::cuda {
 /// What the probe found.
 struct ProbeResult {
   bool available = false;
-  bool device_absent = false;      ///< no driver or no GPU (else a dependency is missing)
-  std::string detail;              ///< why not, or the devices found
+  bool device_absent = false;  ///< no driver or no GPU (else a dependency is missing)
+  std::string detail;          ///< why not, or the devices found
 };
 
 /// Ask the CUDA runtime for the devices; never throws, starts no thread.

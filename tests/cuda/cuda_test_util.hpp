@@ -19,9 +19,9 @@
 namespace nibble::test {
 
 /// GTEST_SKIP()s the calling test with the probe's words unless a usable GPU is present.
-#define NIBBLE_REQUIRE_GPU()                                                       \
-  do {                                                                             \
-    static const ::nibble::cuda::ProbeResult probe = ::nibble::cuda::probe_devices(); \
+#define NIBBLE_REQUIRE_GPU()                                                               \
+  do {                                                                                     \
+    static const ::nibble::cuda::ProbeResult probe = ::nibble::cuda::probe_devices();      \
     if (!probe.available) GTEST_SKIP() << "no GPU for the cuda backend: " << probe.detail; \
   } while (0)
 

@@ -97,6 +97,18 @@ __global__ void __launch_bounds__(kWarps * 32) general_kernel(const GeneralArgs 
 cudaError_t launch_general(const GeneralArgs& a, cudaStream_t stream) {
   if (a.w.bits != 4 && a.w.bits != 8) return cudaErrorInvalidValue;
   if (a.M == 0) return cudaSuccess;
+  constexpr int64_t kMaxRows = 65535 * kRows;  // gridDim.y
+  if (a.M > kMaxRows) {
+    for (int64_t m = 0; m < a.M; m += kMaxRows) {
+      GeneralArgs part = a;
+      part.M = a.M - m < kMaxRows ? a.M - m : kMaxRows;
+      part.x = static_cast<const char*>(a.x) + m * a.ldx * int64_t(dtype_size(a.x_dtype));
+      part.y = static_cast<char*>(a.y) + m * a.ldy * int64_t(dtype_size(a.x_dtype));
+      const cudaError_t e = launch_general(part, stream);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
   const dim3 grid(unsigned((a.w.N + 31) / 32), unsigned((a.M + kRows - 1) / kRows));
   if (a.w.bits == 4)
     general_kernel<4><<<grid, kWarps * 32, 0, stream>>>(a);

@@ -74,6 +74,21 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count);
 /// thread-block cluster). Activations f16, bf16 or f32 (split into two bf16 terms).
 cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig config, cudaStream_t stream);
 
+/// Blocks per cluster (1..4) along K the tiled kernel uses for `a` on `sm_count` multiprocessors.
+int choose_tiled_cluster(const GemmArgs& a, int sm_count);
+
+/// Queue the large-M Marlin kernel (128 × 128 tiles, cp.async pipeline, tensor cores): f16/bf16
+/// activations with a row stride of a multiple of 8 elements and 16-byte alignment, no act-order
+/// gather, no MoE items (cudaErrorInvalidValue otherwise).
+cudaError_t launch_marlin_tiled(const GemmArgs& a, int cluster, cudaStream_t stream);
+
+/// Whether launch_marlin_tiled takes `a`.
+bool tiled_takes(const GemmArgs& a);
+
+/// Queue y = x·Wᵀ on the Marlin layout with the kernel that suits M and the dtypes (the small-M
+/// streaming kernel, or the tiled one for large M), on a device of `sm_count` multiprocessors.
+cudaError_t launch_marlin(const GemmArgs& a, int sm_count, cudaStream_t stream);
+
 /// One quantized weight in the general layout (any group size or grouping, zero points 0..2^bits
 /// with act-order, 4 or 8 bits): words [ceil(K / (32/bits))][N], word (kw, n) holding q(n, k) for
 /// k = kw·(32/bits) + j at bits j·bits; fp32 scales [G][N] (exact copies), zero points [G][N] and
@@ -102,5 +117,61 @@ struct GeneralArgs {
 
 /// Queue the general kernel.
 cudaError_t launch_general(const GeneralArgs& a, cudaStream_t stream);
+
+/// The routing of one MoE forward on the device: topk_ids [M][top_k] (int32 or int64, row stride
+/// ld_ids) → the (token, slot) pairs p = m·top_k + j grouped by expert in `sorted`, and work items
+/// {expert, first sorted row, rows ≤ 16} for the Marlin kernel. Ids outside [0, E) (−1: no
+/// expert) are left out. Needs E ≤ kMaxRoutedExperts.
+struct RouteArgs {
+  const void* ids = nullptr;
+  int64_t ld_ids = 0;
+  bool ids_int64 = false;
+  int64_t M = 0;
+  int32_t top_k = 1;
+  int32_t num_experts = 1;
+  int32_t* sorted = nullptr;      ///< [M·top_k]
+  int4* items = nullptr;          ///< [max_items(M·top_k, E)]
+  int32_t* item_count = nullptr;  ///< [1]
+};
+
+/// The most experts the routing kernel sorts (its counters live in shared memory).
+constexpr int32_t kMaxRoutedExperts = 4096;
+
+/// An upper bound on the work items of `pairs` routed pairs over `experts` experts.
+constexpr int64_t max_items(int64_t pairs, int64_t experts) {
+  return (pairs < experts ? pairs : experts) + pairs / 16;
+}
+
+/// Queue the routing.
+cudaError_t launch_route(const RouteArgs& a, cudaStream_t stream);
+
+/// y[m][k] = Σ_j topk_weights[m][j] · down[m·top_k + j][k] over the slots with an id in [0, E),
+/// summed in fp32 in slot order and rounded once to y's dtype (0 for a token with no expert).
+struct CombineArgs {
+  const float* down = nullptr;  ///< [M·top_k][K]
+  const void* ids = nullptr;
+  int64_t ld_ids = 0;
+  bool ids_int64 = false;
+  const void* weights = nullptr;
+  int64_t ld_weights = 0;
+  DType weights_dtype = DType::f32;
+  void* y = nullptr;
+  int64_t ldy = 0;
+  DType y_dtype = DType::bf16;
+  int64_t M = 0, K = 0;
+  int32_t top_k = 1, num_experts = 1;
+};
+
+/// Queue the combine.
+cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream);
+
+/// dst[r][c] = float(src[r][c]) for a rows × cols matrix (row strides in elements).
+cudaError_t launch_to_f32(const void* src, int64_t ld_src, DType src_dtype, float* dst,
+                          int64_t ld_dst, int64_t rows, int64_t cols, cudaStream_t stream);
+
+/// dst[r][c] = round(src[r][c] + bias[c]) in dst's dtype (bias may be null).
+cudaError_t launch_finish(const float* src, int64_t ld_src, const float* bias, void* dst,
+                          int64_t ld_dst, DType dst_dtype, int64_t rows, int64_t cols,
+                          cudaStream_t stream);
 
 }  // namespace nibble::cuda

@@ -11,12 +11,18 @@
 #include <type_traits>
 
 #include "launch.hpp"
+#include "marlin_lane.cuh"
 #include "mma.cuh"
 
 namespace nibble::cuda {
 
 namespace cg = cooperative_groups;
 using device::Bits16;
+using device::LaneScales;
+using device::load_zeros;
+using device::split;
+using device::load_act;
+using device::store_out;
 
 namespace {
 
@@ -32,101 +38,6 @@ template <class A>
 using MmaType = std::conditional_t<std::is_same_v<A, float>, __nv_bfloat16, A>;
 template <class A>
 constexpr int kPlanes = std::is_same_v<A, float> ? 2 : 1;
-
-__device__ __forceinline__ float load_act(const void* p, int64_t i, DType t) {
-  if (t == DType::f32) return static_cast<const float*>(p)[i];
-  const uint16_t v = static_cast<const uint16_t*>(p)[i];
-  return t == DType::f16 ? Bits16<__half>::to_float(v) : Bits16<__nv_bfloat16>::to_float(v);
-}
-
-__device__ __forceinline__ void store_out(void* p, int64_t i, DType t, float v) {
-  if (t == DType::f32)
-    static_cast<float*>(p)[i] = v;
-  else if (t == DType::f16)
-    static_cast<uint16_t*>(p)[i] = Bits16<__half>::from_float(v);
-  else
-    static_cast<uint16_t*>(p)[i] = Bits16<__nv_bfloat16>::from_float(v);
-}
-
-__device__ __forceinline__ float half_value(uint32_t pair, DType t, int high) {
-  const uint16_t v = uint16_t(high ? pair >> 16 : pair & 0xFFFF);
-  return t == DType::f16 ? Bits16<__half>::to_float(v) : Bits16<__nv_bfloat16>::to_float(v);
-}
-
-// The 16 scales one lane applies per group: even(T) for column 8T + 2t of n8 tile T, odd(T) for
-// column 8T + 2t + 1. Grouped scales (scale_perm) hold them as 16 contiguous values at 16t, all
-// even columns first; per-channel ones (scale_perm_single) as 8 at 8t and 8 at 32 + 8t, even and
-// odd alternating. 16-bit scales are kept as they are (8 registers) and widened exactly to fp32
-// when applied; fp32 scales are read when applied.
-struct LaneScales {
-  uint32_t pairs[8];
-  const float* f32 = nullptr;
-  int64_t first = 0, second = 0;
-  bool single = false;
-  DType dtype = DType::f16;
-
-  __device__ void load(const MarlinDevice& w, const void* scales, int64_t g, int64_t n_run, int t) {
-    const int64_t row = g * w.N + n_run;
-    single = w.single_group;
-    dtype = w.scale_dtype;
-    first = single ? row + 8 * t : row + 16 * t;
-    second = single ? row + 32 + 8 * t : row + 16 * t + 8;
-    if (dtype == DType::f32) {
-      f32 = static_cast<const float*>(scales);
-      return;
-    }
-    const uint16_t* base = static_cast<const uint16_t*>(scales);
-    const uint4 a = __ldg(reinterpret_cast<const uint4*>(base + first));
-    const uint4 b = __ldg(reinterpret_cast<const uint4*>(base + second));
-    pairs[0] = a.x, pairs[1] = a.y, pairs[2] = a.z, pairs[3] = a.w;
-    pairs[4] = b.x, pairs[5] = b.y, pairs[6] = b.z, pairs[7] = b.w;
-  }
-  // Value i (0..15) in load order.
-  __device__ __forceinline__ float value(int i) const {
-    if (f32) return __ldg(f32 + (i < 8 ? first + i : second + i - 8));
-    return half_value(pairs[i / 2], dtype, i & 1);
-  }
-  // Both candidates are read with constant indices (T is unrolled), so `pairs` stays in registers.
-  __device__ __forceinline__ float even(int T) const {
-    const float a = value(2 * T), b = value(T);
-    return single ? a : b;
-  }
-  __device__ __forceinline__ float odd(int T) const {
-    const float a = value(2 * T + 1), b = value(8 + T);
-    return single ? a : b;
-  }
-};
-
-// The zero operands of the lane's 8 B columns (n8 tiles T = 0..7, column lane / 4) for group g.
-template <class T, int BITS>
-__device__ __forceinline__ void load_zeros(const MarlinDevice& w, const uint32_t* zeros, int64_t g,
-                                           int64_t n_run, int lane, uint32_t out[8]) {
-  if (zeros == nullptr) {
-#pragma unroll
-    for (int t = 0; t < 8; ++t) out[t] = device::zero_operand<T, BITS>(1 << (BITS - 1));
-    return;
-  }
-  const int i = lane / 4;
-  if constexpr (BITS == 4) {
-    const uint32_t word = __ldg(zeros + g * (w.N / 8) + n_run / 8 + i);
-#pragma unroll
-    for (int t = 0; t < 8; ++t)
-      out[t] = device::zero_operand<T, BITS>(int((word >> (4 * device::zero_slot4(t))) & 15));
-  } else {
-    const uint32_t* p = zeros + g * (w.N / 4) + n_run / 4 + 2 * i;
-    const uint32_t words[2] = {__ldg(p), __ldg(p + 1)};
-#pragma unroll
-    for (int t = 0; t < 8; ++t)
-      out[t] = device::zero_operand<T, BITS>(
-          int((words[t / 4] >> (8 * device::zero_slot8(t % 4))) & 255));
-  }
-}
-
-// Split [0, n) into `parts` near-equal ranges; range `i`.
-__device__ __forceinline__ void split(int64_t n, int parts, int i, int64_t& begin, int64_t& end) {
-  begin = n * i / parts;
-  end = n * (i + 1) / parts;
-}
 
 // Where the kernel keeps a warp's fp32 sums: [warp][32 values][32 lanes], value i = 4T + c of n8
 // tile T and accumulator c (rows lane / 4 and lane / 4 + 8, columns 8T + 2(lane % 4) + c % 2).
@@ -182,8 +93,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < 32; ++i) sums[(warp * 32 + i) * 32 + lane] = 0.f;
 
   const int64_t slab_stride = w.N * BITS / 8;  // uint4 per slab row
-  const uint4* q_lane = reinterpret_cast<const uint4*>(qweight) + (n_run / 64) * (8 * BITS) +
-                        lane * kWordsPerLane;
+  const uint4* q_lane =
+      reinterpret_cast<const uint4*>(qweight) + (n_run / 64) * (8 * BITS) + lane * kWordsPerLane;
 
   for (int64_t ws = block_begin; ws < block_end; ws += window_slabs) {
     const int64_t we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
@@ -251,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     };
 
     uint4 cur[kBatch][kWordsPerLane], next[kBatch][kWordsPerLane];
-    auto fetch = [&](uint4 (&buf)[kBatch][kWordsPerLane], int64_t first) {
+    auto fetch = [&](uint4(&buf)[kBatch][kWordsPerLane], int64_t first) {
 #pragma unroll
       for (int u = 0; u < kBatch; ++u)
         if (first + u < s1)
@@ -277,8 +188,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int64_t kk = (s - ws) * 16;
 #pragma unroll
         for (int p = 0; p < P; ++p)
-          device::ldmatrix_x4(af[p], sa + p * kRows * ld_smem + (lane % 16) * ld_smem + kk +
-                                         (lane / 16) * 8);
+          device::ldmatrix_x4(
+              af[p], sa + p * kRows * ld_smem + (lane % 16) * ld_smem + kk + (lane / 16) * 8);
         if constexpr (BITS == 4) {
           const uint32_t words[4] = {cur[u][0].x, cur[u][0].y, cur[u][0].z, cur[u][0].w};
 #pragma unroll
@@ -392,13 +303,27 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   const int64_t items = a.items ? std::max<int64_t>(1, a.max_items) : (a.M + kRows - 1) / kRows;
   c.runs_per_block = 1;
   // Enough blocks for two per multiprocessor, but at least two slabs per warp.
-  const int64_t want = (2 * int64_t(sm_count) + runs * items - 1) / std::max<int64_t>(1, runs * items);
+  const int64_t want =
+      (2 * int64_t(sm_count) + runs * items - 1) / std::max<int64_t>(1, runs * items);
   const int64_t most = std::max<int64_t>(1, slabs / (2 * kWarps));
   c.cluster = int(std::clamp<int64_t>(std::min(want, most), 1, kMaxCluster));
   return c;
 }
 
 cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
+  constexpr int64_t kMaxItems = 65535;  // gridDim.y
+  if (a.items == nullptr && a.M > kMaxItems * kRows) {
+    for (int64_t m = 0; m < a.M; m += kMaxItems * kRows) {
+      GemmArgs part = a;
+      part.M = a.M - m < kMaxItems * kRows ? a.M - m : kMaxItems * kRows;
+      part.x = static_cast<const char*>(a.x) + m * a.ldx * int64_t(dtype_size(a.x_dtype));
+      part.y = static_cast<char*>(a.y) + m * a.ldy * int64_t(dtype_size(a.y_dtype));
+      const cudaError_t e = launch_marlin_stream(part, c, stream);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+  if (a.items && a.max_items > kMaxItems) return cudaErrorInvalidValue;
   if (c.runs_per_block == 0 || c.cluster == 0) {
     int dev = 0, sms = 132;
     cudaGetDevice(&dev);

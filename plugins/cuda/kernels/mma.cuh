@@ -116,9 +116,7 @@ struct Bits16<__nv_bfloat16> {
   __device__ static float2 to_float2(uint32_t a) {
     return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&a));
   }
-  __device__ static float to_float(uint16_t a) {
-    return __bfloat162float(__ushort_as_bfloat16(a));
-  }
+  __device__ static float to_float(uint16_t a) { return __bfloat162float(__ushort_as_bfloat16(a)); }
   __device__ static uint16_t from_float(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
