@@ -175,21 +175,24 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
         v.slab_groups += int64_t(i) * v.expert_slabs;
         return v;
       };
-      const double us = time_calls(o.iters, dev.stream, [&](int i) {
+      const Timing tm = time_calls(o.iters, dev.stream, [&](int i) {
         a.w = view(i % copies);
         check_cuda(launch_marlin(a, dev.sms, dev.stream), "launch_marlin");
       });
+      const double us = tm.device_us;
       const float one = 1.f, zero = 0.f;
-      const double blas_us = time_calls(o.iters, dev.stream, [&](int i) {
+      const Timing tb = time_calls(o.iters, dev.stream, [&](int i) {
         const void* W = dw.at(dbytes * size_t(i % dcopies));
         check_blas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &one, W,
                                 CUDA_R_16BF, int(K), x.get(), CUDA_R_16BF, int(K), &zero, y.get(),
                                 CUDA_R_16BF, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmEx");
       });
+      const double blas_us = tb.device_us;
       const double tbs = double(qbytes) / (us * 1e-6) / 1e12;
-      std::printf("%6lld %10.2f %10.2f %8.2f %10.2f %7.1f%%\n", (long long)M, us, blas_us,
-                  blas_us / us, tbs, 100 * tbs / o.peak_tbs);
+      const char* kernel = M > 64 && tiled_takes(a) ? "tiled" : "stream";
+      std::printf("%6lld %10.2f %10.2f %8.2f %10.2f %7.1f%% %9.2f %9s\n", (long long)M, us,
+                  blas_us, blas_us / us, tbs, 100 * tbs / o.peak_tbs, tm.host_us, kernel);
       nlohmann::json row = {{"K", K},
                             {"N", N},
                             {"M", M},
@@ -205,9 +208,10 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
         for (int R : {1, 2, 4})
           for (int C : {1, 2, 3, 4, 6, 8}) {
             const double t = time_calls(o.iters, dev.stream, [&](int i) {
-              a.w = view(i % copies);
-              check_cuda(launch_marlin_stream(a, {R, C}, dev.stream), "launch_marlin_stream");
-            });
+                               a.w = view(i % copies);
+                               check_cuda(launch_marlin_stream(a, {R, C}, dev.stream),
+                                          "launch_marlin_stream");
+                             }).device_us;
             sweep.push_back({{"R", R}, {"C", C}, {"us", t}});
             std::printf(" R%dC%d %.1f", R, C, t);
           }

@@ -136,16 +136,18 @@ nlohmann::json run_moe(const std::string& plugin_path, int iters, double peak_tb
     exec.struct_size = sizeof exec;
     exec.num_threads = 1;
     exec.stream = dev.stream;
-    const double us = time_calls(iters, dev.stream, [&](int i) {
+    const Timing tm = time_calls(iters, dev.stream, [&](int i) {
       const nibble_forward_args a =
           sdk::host::forward_args(x.t, y.t, &ids[size_t(i % 16)]->t, &wts[size_t(i % 16)]->t);
       prepared.forward(a, exec);
     });
+    const double us = tm.device_us;
     const double tbs = touched * expert_bytes / (us * 1e-6) / 1e12;
     std::printf("%6lld %10.2f %12.2f %10.2f %7.1f%% %9.1f%%\n", (long long)M, us, touched, tbs,
                 100 * tbs / peak_tbs, 100 * tbs / dev.copy_tbs);
     rows.push_back({{"M", M},
                     {"nibble_us", us},
+                    {"host_us", tm.host_us},
                     {"experts_read", touched},
                     {"expert_bytes", expert_bytes},
                     {"tbs", tbs},

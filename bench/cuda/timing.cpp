@@ -1,6 +1,8 @@
 // Device setup and event timing for the cuda bench.
 #include "timing.hpp"
 
+#include <chrono>
+
 namespace nibble::cuda::bench {
 
 Device open_device(double nominal_tbs) {
@@ -19,25 +21,30 @@ Device open_device(double nominal_tbs) {
   const double us = time_calls(10, d.stream, [&](int) {
     check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, d.stream),
                "cudaMemcpyAsync");
-  });
+  }).device_us;
   d.copy_tbs = 2.0 * double(bytes) / (us * 1e-6) / 1e12;
   return d;
 }
 
-double time_calls(int iters, cudaStream_t stream, const std::function<void(int)>& call) {
+Timing time_calls(int iters, cudaStream_t stream, const std::function<void(int)>& call) {
   for (int i = 0; i < 10; ++i) call(i);
   cudaEvent_t start, stop;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
+  const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) call(i);
+  const auto t1 = std::chrono::steady_clock::now();
   check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
   check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
   float ms = 0;
   check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return double(ms) * 1000.0 / iters;
+  Timing t;
+  t.device_us = double(ms) * 1000.0 / iters;
+  t.host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+  return t;
 }
 
 }  // namespace nibble::cuda::bench

@@ -51,9 +51,15 @@ class DeviceArray {
   void* p_ = nullptr;
 };
 
-/// Mean microseconds per call of `call(i)` over `iters` calls queued on `stream` (after warm-up
-/// calls), from CUDA events.
-double time_calls(int iters, cudaStream_t stream, const std::function<void(int)>& call);
+/// Mean microseconds per call on the device (CUDA events around the calls) and on the host (the
+/// wall time of queuing them: when it reaches the device time, the host is what limits).
+struct Timing {
+  double device_us = 0;
+  double host_us = 0;
+};
+
+/// Time `iters` calls of `call(i)` queued on `stream`, after warm-up calls.
+Timing time_calls(int iters, cudaStream_t stream, const std::function<void(int)>& call);
 
 /// The fused MoE (Mixtral-like) through the plugin at `plugin_path`.
 nlohmann::json run_moe(const std::string& plugin_path, int iters, double peak_tbs,

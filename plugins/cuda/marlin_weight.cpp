@@ -72,6 +72,7 @@ MarlinStack::MarlinStack(int device, int count, const MarlinHost& first)
   view_.single_group = p.single_group;
   view_.K = p.K;
   view_.N = p.N;
+  if (p.groups.empty()) view_.group_slabs = int32_t(p.single_group ? p.K / 16 : p.group_size / 16);
   view_.scale_dtype = dtype_of(p.scales_dtype, "weight");
   view_.expert_qweight = int64_t(p.qweight.size());
   view_.expert_scales = int64_t(p.scales.size());

@@ -83,7 +83,7 @@ TEST(CudaPluginMoe, RandomExpertsAndRoutings) {
 TEST(CudaPluginMoe, IdsOutsideTheExpertsAreSkipped) {
   NIBBLE_REQUIRE_GPU();
   const int E = 8, top_k = 3;
-  const TestExperts ex = random_experts(E, 256, 64, 4, 128, 128, true, false, 9);
+  const TestExperts ex = random_experts(E, 256, 128, 4, 128, 128, true, false, 9);
   const nibble_layer_desc d = on_cuda(moe_desc(ex, top_k));
   const std::unique_ptr<PreparedLayer> p = prepare_moe(cuda_plugin().kernel("moe_marlin"), d, ex);
   const int64_t M = 5;

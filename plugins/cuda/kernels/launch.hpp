@@ -24,6 +24,9 @@ struct MarlinDevice {
   DType scale_dtype = DType::f16;        ///< the checkpoint's own scale dtype
   const uint32_t* zeros = nullptr;       ///< [G][N*bits/32] permuted and interleaved; null: 2^(b-1)
   const int32_t* slab_groups = nullptr;  ///< [K/16] the group of each 16-row slab
+  /// Slabs per group when groups are regular (no act-order): slab s is in group s / group_slabs,
+  /// and slab_groups is not read; 0 when it must be.
+  int32_t group_slabs = 0;
   const int32_t* columns = nullptr;      ///< [K] act-order: the input channel of row k; or null
   int32_t bits = 4;
   bool single_group = false;  ///< per-channel scales (permuted by scale_perm_single)

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "launch.hpp"
@@ -102,6 +103,31 @@ __device__ __forceinline__ void load_zeros(const MarlinDevice& w, const uint32_t
       out[t] = device::zero_operand<T, BITS>(
           int((words[t / 4] >> (8 * device::zero_slot8(t % 4))) & 255));
   }
+}
+
+/// The group of slab s of a weight whose slab table is `table`.
+__device__ __forceinline__ int64_t slab_group(const MarlinDevice& w, const int32_t* table,
+                                              int64_t s) {
+  return w.group_slabs ? int32_t(s) / w.group_slabs : int64_t(__ldg(table + s));
+}
+
+/// Sets the kernel's dynamic shared memory limit once per device (a per-launch call costs host
+/// time on every forward).
+template <auto Kernel>
+cudaError_t allow_shared_memory(size_t bytes) {
+  static std::atomic<uint64_t> done[64] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  std::atomic<uint64_t>& slot = done[dev % 64];
+  if (slot.load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
+  e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (e == cudaSuccess) {
+    uint64_t seen = slot.load();
+    while (seen < bytes && !slot.compare_exchange_weak(seen, bytes)) {
+    }
+  }
+  return e;
 }
 
 // Split [0, n) into `parts` near-equal ranges; range `i`.

@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int t = 0; t < 8; ++t)
 #pragma unroll
       for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
-    int64_t group = __ldg(slab_groups + s0);
+    int64_t group = device::slab_group(w, slab_groups, s0);
     LaneScales sc;
     sc.load(w, scales, group, n_run, tq);
     uint32_t zop[8];
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int u = 0; u < kBatch; ++u) {
         const int64_t s = sb + u;
         if (s >= s1) break;
-        const int64_t g = __ldg(slab_groups + s);
+        const int64_t g = device::slab_group(w, slab_groups, s);
         if (g != group) {
           flush();
           group = g;
@@ -273,8 +273,7 @@ cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream)
   const int window = int(std::max<int64_t>(1, std::min(block_slabs, fit)));
   const size_t smem = size_t(kSumBytes) + size_t(P) * kRows * (size_t(window) * 16 + 8) * 2;
   auto kernel = marlin_stream_kernel<A, BITS>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  cudaError_t e = device::allow_shared_memory<marlin_stream_kernel<A, BITS>>(smem);
   if (e != cudaSuccess) return e;
   const int64_t runs = a.w.N / 64;
   const int64_t strips = (runs + c.runs_per_block - 1) / c.runs_per_block;

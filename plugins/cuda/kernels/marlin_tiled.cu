@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][t][c] = tmp[i][t][c] = 0.f;
 
-  int64_t group = kb < ke ? __ldg(w.slab_groups + kb) : 0;
+  int64_t group = kb < ke ? device::slab_group(w, w.slab_groups, kb) : 0;
   LaneScales sc;
   uint32_t zop[8];
   if (run_valid) {
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < kSlabs; ++j) {
       const int64_t s = kb + t * kSlabs + j;
       if (s >= ke || !run_valid) break;
-      const int64_t g = __ldg(w.slab_groups + s);
+      const int64_t g = device::slab_group(w, w.slab_groups, s);
       if (g != group) {
         flush();
         group = g;
@@ -211,8 +211,7 @@ cudaError_t launch_typed(const GemmArgs& a, int cluster, cudaStream_t stream) {
   const size_t smem = std::max<size_t>(size_t(kStages) * kStageBytes<BITS>,
                                        size_t(kBM) * (kBN + 4) * sizeof(float));
   auto kernel = marlin_tiled_kernel<T, BITS>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  cudaError_t e = device::allow_shared_memory<marlin_tiled_kernel<T, BITS>>(smem);
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((a.w.N + kBN - 1) / kBN * cluster), unsigned((a.M + kBM - 1) / kBM));
