@@ -29,7 +29,7 @@ namespace {
 
 struct Options {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 4096}, {4096, 14336}, {14336, 4096}};
-  std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024};
+  std::vector<int64_t> ms = {1, 4, 16, 32, 64, 128, 256, 1024};
   int iters = 200;
   double peak_tbs = 4.8;
   bool sweep = false, moe = true, linear = true;
@@ -191,8 +191,8 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
       const double blas_us = tb.device_us;
       const double tbs = double(qbytes) / (us * 1e-6) / 1e12;
       const char* kernel = M > 64 && tiled_takes(a) ? "tiled" : "stream";
-      std::printf("%6lld %10.2f %10.2f %8.2f %10.2f %7.1f%% %9.2f %9s\n", (long long)M, us,
-                  blas_us, blas_us / us, tbs, 100 * tbs / o.peak_tbs, tm.host_us, kernel);
+      std::printf("%6lld %10.2f %10.2f %8.2f %10.2f %7.1f%% %9.2f %9s\n", (long long)M, us, blas_us,
+                  blas_us / us, tbs, 100 * tbs / o.peak_tbs, tm.host_us, kernel);
       nlohmann::json row = {{"K", K},
                             {"N", N},
                             {"M", M},
@@ -202,19 +202,46 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
                             {"weight_bytes", qbytes},
                             {"tbs", tbs},
                             {"pct_of_peak", 100 * tbs / o.peak_tbs}};
-      if (o.sweep && M <= 64) {
+      if (o.sweep) {
+        // Both kernels and their splits, so the dispatch rule can be read off one run.
+        auto stream_us = [&](StreamConfig c) {
+          return time_calls(o.iters, dev.stream,
+                            [&](int i) {
+                              a.w = view(i % copies);
+                              check_cuda(launch_marlin_stream(a, c, dev.stream),
+                                         "launch_marlin_stream");
+                            })
+              .device_us;
+        };
+        auto tiled_us = [&](int c) {
+          return time_calls(o.iters, dev.stream,
+                            [&](int i) {
+                              a.w = view(i % copies);
+                              check_cuda(launch_marlin_tiled(a, c, dev.stream),
+                                         "launch_marlin_tiled");
+                            })
+              .device_us;
+        };
         nlohmann::json sweep = nlohmann::json::array();
-        std::printf("        split sweep:");
-        for (int R : {1, 2, 4})
-          for (int C : {1, 2, 3, 4, 6, 8}) {
-            const double t = time_calls(o.iters, dev.stream, [&](int i) {
-                               a.w = view(i % copies);
-                               check_cuda(launch_marlin_stream(a, {R, C}, dev.stream),
-                                          "launch_marlin_stream");
-                             }).device_us;
-            sweep.push_back({{"R", R}, {"C", C}, {"us", t}});
-            std::printf(" R%dC%d %.1f", R, C, t);
+        std::printf("        stream:");
+        if (M <= 256) {
+          const std::vector<int> Rs = M <= 16 ? std::vector<int>{1, 2, 4} : std::vector<int>{1};
+          for (int B : {2, 1})
+            for (int R : Rs)
+              for (int C : {1, 2, 3, 4, 6, 8}) {
+                const double t = stream_us({R, C, B});
+                sweep.push_back({{"kernel", "stream"}, {"B", B}, {"R", R}, {"C", C}, {"us", t}});
+                std::printf(" B%dR%dC%d %.1f", B, R, C, t);
+              }
+        }
+        if (M >= 16) {
+          std::printf("  tiled:");
+          for (int C : {1, 2, 3, 4}) {
+            const double t = tiled_us(C);
+            sweep.push_back({{"kernel", "tiled"}, {"C", C}, {"us", t}});
+            std::printf(" C%d %.1f", C, t);
           }
+        }
         std::printf("\n");
         row["sweep"] = sweep;
       }

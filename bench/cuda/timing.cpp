@@ -18,10 +18,11 @@ Device open_device(double nominal_tbs) {
   const size_t bytes = size_t(1) << 30;
   DeviceArray a(bytes), b(bytes);
   check_cuda(cudaMemsetAsync(a.get(), 1, bytes, d.stream), "cudaMemset");
-  const double us = time_calls(10, d.stream, [&](int) {
-    check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, d.stream),
-               "cudaMemcpyAsync");
-  }).device_us;
+  const double us =
+      time_calls(10, d.stream, [&](int) {
+        check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, d.stream),
+                   "cudaMemcpyAsync");
+      }).device_us;
   d.copy_tbs = 2.0 * double(bytes) / (us * 1e-6) / 1e12;
   return d;
 }

@@ -24,7 +24,8 @@ struct LinearCase {
            (spec.symmetric ? " sym" : " asym") + (spec.act_order ? " act-order" : "") +
            (spec.v1_zero16 ? " zero16" : "") + " scales " + sdk::dtype_name(spec.scales_dtype) +
            " x " + sdk::dtype_name(act) + " M" + std::to_string(M) + " R" +
-           std::to_string(config.runs_per_block) + " C" + std::to_string(config.cluster);
+           std::to_string(config.runs_per_block) + " C" + std::to_string(config.cluster) + " B" +
+           std::to_string(config.blocks_per_sm);
   }
 };
 
@@ -152,17 +153,27 @@ TEST(CudaMarlinStream, RowsDtypesAndGroupings) {
 
 TEST(CudaMarlinStream, EverySplitConfiguration) {
   NIBBLE_REQUIRE_GPU();
-  for (int R : {1, 2, 4, 8})
-    for (int C : {1, 2, 3, 8}) {
-      run_marlin({spec(1024, 512, 4, 128, false, false, sdk::dtype_f16(), 21),
-                  5,
-                  sdk::dtype_bf16(),
-                  {R, C}});
-      run_marlin({spec(1024, 320, 8, 64, true, false, sdk::dtype_bf16(), 22),
-                  16,
-                  sdk::dtype_f16(),
-                  {R, C}});
-    }
+  for (int B : {2, 1})
+    for (int R : {1, 2, 4, 8})
+      for (int C : {1, 2, 3, 8}) {
+        run_marlin({spec(1024, 512, 4, 128, false, false, sdk::dtype_f16(), 21),
+                    5,
+                    sdk::dtype_bf16(),
+                    {R, C, B}});
+        run_marlin({spec(1024, 320, 8, 64, true, false, sdk::dtype_bf16(), 22),
+                    16,
+                    sdk::dtype_f16(),
+                    {R, C, B}});
+      }
+  // Act-order groups (read per slab) and f32 activations under both register budgets.
+  for (int B : {2, 1}) {
+    run_marlin(
+        {spec(1024, 128, 4, 64, true, true, sdk::dtype_f16(), 23), 3, sdk::dtype_f32(), {1, 3, B}});
+    run_marlin({spec(2048, 192, 4, 32, false, false, sdk::dtype_bf16(), 24),
+                11,
+                sdk::dtype_bf16(),
+                {2, 4, B}});
+  }
 }
 
 TEST(CudaMarlinStream, WindowsOfK) {

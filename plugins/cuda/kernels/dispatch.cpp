@@ -13,8 +13,8 @@ constexpr int64_t kTiledRows = 64;
 
 bool tiled_takes(const GemmArgs& a) {
   return a.items == nullptr && a.w.columns == nullptr && a.epilogue == Epilogue::store &&
-         a.x_dtype != DType::f32 && a.ldx % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.w.K % 16 == 0 && a.w.N % 64 == 0;
+         a.x_dtype != DType::f32 && a.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+         a.w.K % 16 == 0 && a.w.N % 64 == 0;
 }
 
 cudaError_t launch_marlin(const GemmArgs& a, int sm_count, cudaStream_t stream) {

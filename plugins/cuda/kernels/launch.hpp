@@ -27,7 +27,7 @@ struct MarlinDevice {
   /// Slabs per group when groups are regular (no act-order): slab s is in group s / group_slabs,
   /// and slab_groups is not read; 0 when it must be.
   int32_t group_slabs = 0;
-  const int32_t* columns = nullptr;      ///< [K] act-order: the input channel of row k; or null
+  const int32_t* columns = nullptr;  ///< [K] act-order: the input channel of row k; or null
   int32_t bits = 4;
   bool single_group = false;  ///< per-channel scales (permuted by scale_perm_single)
   int64_t K = 0, N = 0;
@@ -67,6 +67,7 @@ struct GemmArgs {
 struct StreamConfig {
   int runs_per_block = 0;
   int cluster = 0;
+  int blocks_per_sm = 2;  ///< the register budget: 2 (128 per thread) or 1 (255)
 };
 
 /// The configuration launch_marlin_stream uses for `a` when given zeros, on a device of

@@ -39,44 +39,50 @@ __device__ __forceinline__ float half_value(uint32_t pair, DType t, int high) {
 // The 16 scales one lane applies per group: even(T) for column 8T + 2t of n8 tile T, odd(T) for
 // column 8T + 2t + 1. Grouped scales (scale_perm) hold them as 16 contiguous values at 16t, all
 // even columns first; per-channel ones (scale_perm_single) as 8 at 8t and 8 at 32 + 8t, even and
-// odd alternating. 16-bit scales are kept as they are (8 registers) and widened exactly to fp32
-// when applied; fp32 scales are read when applied.
+// odd alternating. 16-bit scales are loaded once per group and rearranged into one register per
+// tile, (even, odd), widened exactly to fp32 when applied; fp32 scales are read when applied.
 struct LaneScales {
   uint32_t pairs[8];
   const float* f32 = nullptr;
   int64_t first = 0, second = 0;
   bool single = false;
-  DType dtype = DType::f16;
+  bool bf16 = false;
 
   __device__ void load(const MarlinDevice& w, const void* scales, int64_t g, int64_t n_run, int t) {
     const int64_t row = g * w.N + n_run;
     single = w.single_group;
-    dtype = w.scale_dtype;
     first = single ? row + 8 * t : row + 16 * t;
     second = single ? row + 32 + 8 * t : row + 16 * t + 8;
-    if (dtype == DType::f32) {
+    if (w.scale_dtype == DType::f32) {
       f32 = static_cast<const float*>(scales);
       return;
     }
+    bf16 = w.scale_dtype == DType::bf16;
     const uint16_t* base = static_cast<const uint16_t*>(scales);
     const uint4 a = __ldg(reinterpret_cast<const uint4*>(base + first));
     const uint4 b = __ldg(reinterpret_cast<const uint4*>(base + second));
-    pairs[0] = a.x, pairs[1] = a.y, pairs[2] = a.z, pairs[3] = a.w;
-    pairs[4] = b.x, pairs[5] = b.y, pairs[6] = b.z, pairs[7] = b.w;
+    if (single) {  // already (even T, odd T) per word
+      pairs[0] = a.x, pairs[1] = a.y, pairs[2] = a.z, pairs[3] = a.w;
+      pairs[4] = b.x, pairs[5] = b.y, pairs[6] = b.z, pairs[7] = b.w;
+    } else {  // a holds the even columns, b the odd ones: interleave them
+      const uint32_t ea[4] = {a.x, a.y, a.z, a.w}, ob[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pairs[2 * i] = __byte_perm(ea[i], ob[i], 0x5410);
+        pairs[2 * i + 1] = __byte_perm(ea[i], ob[i], 0x7632);
+      }
+    }
   }
-  // Value i (0..15) in load order.
-  __device__ __forceinline__ float value(int i) const {
-    if (f32) return __ldg(f32 + (i < 8 ? first + i : second + i - 8));
-    return half_value(pairs[i / 2], dtype, i & 1);
-  }
-  // Both candidates are read with constant indices (T is unrolled), so `pairs` stays in registers.
-  __device__ __forceinline__ float even(int T) const {
-    const float a = value(2 * T), b = value(T);
-    return single ? a : b;
-  }
-  __device__ __forceinline__ float odd(int T) const {
-    const float a = value(2 * T + 1), b = value(8 + T);
-    return single ? a : b;
+  /// The scales of n8 tile T's even and odd column, as fp32.
+  __device__ __forceinline__ float2 get(int T) const {
+    if (f32) {
+      const int e = single ? 2 * T : T, o = single ? 2 * T + 1 : 8 + T;
+      return make_float2(__ldg(f32 + (e < 8 ? first + e : second + e - 8)),
+                         __ldg(f32 + (o < 8 ? first + o : second + o - 8)));
+    }
+    const uint32_t p = pairs[T];
+    if (bf16) return make_float2(__uint_as_float(p << 16), __uint_as_float(p & 0xFFFF0000u));
+    return __half22float2(*reinterpret_cast<const __half2*>(&p));
   }
 };
 

@@ -19,9 +19,9 @@ namespace nibble::cuda {
 namespace cg = cooperative_groups;
 using device::Bits16;
 using device::LaneScales;
+using device::load_act;
 using device::load_zeros;
 using device::split;
-using device::load_act;
 using device::store_out;
 
 namespace {
@@ -32,23 +32,22 @@ constexpr int kRows = 16;
 constexpr int kMaxCluster = 8;
 // Shared memory for the staged activations of one window of K (two blocks fit on one SM).
 constexpr int kSmemBudget = 72 * 1024;
-constexpr int kSumBytes = kWarps * 32 * 32 * int(sizeof(float));
+constexpr int kSumBytes = kWarps * kRows * 72 * int(sizeof(float));
 
 template <class A>
 using MmaType = std::conditional_t<std::is_same_v<A, float>, __nv_bfloat16, A>;
 template <class A>
 constexpr int kPlanes = std::is_same_v<A, float> ? 2 : 1;
 
-// Where the kernel keeps a warp's fp32 sums: [warp][32 values][32 lanes], value i = 4T + c of n8
-// tile T and accumulator c (rows lane / 4 and lane / 4 + 8, columns 8T + 2(lane % 4) + c % 2).
+// A warp's fp32 sums in shared memory: [warp][16 rows][kSumLd], a row padded so that the lanes'
+// (row, column pair) stores of a flush fall on distinct banks.
+constexpr int kSumLd = 72;
 __device__ __forceinline__ int sum_index(int warp, int row, int col) {
-  const int i = (col / 8) * 4 + (row / 8) * 2 + (col % 2);
-  const int lane = (row % 8) * 4 + (col % 8) / 2;
-  return (warp * 32 + i) * 32 + lane;
+  return (warp * kRows + row) * kSumLd + col;
 }
 
-template <class A, int BITS>
-__global__ void __launch_bounds__(kThreads, 2)
+template <class A, int BITS, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     marlin_stream_kernel(const GemmArgs a, int runs_per_block, int cluster, int window_slabs) {
   using T = MmaType<A>;
   constexpr int P = kPlanes<A>;
@@ -89,8 +88,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Shared memory: the warps' fp32 sums, then the staged activations of one window of K.
   float* sums = reinterpret_cast<float*>(smem);
   const int64_t ld_smem = int64_t(window_slabs) * 16 + 8;
-  T* sa = reinterpret_cast<T*>(sums + kWarps * 32 * 32);
-  for (int i = 0; i < 32; ++i) sums[(warp * 32 + i) * 32 + lane] = 0.f;
+  T* sa = reinterpret_cast<T*>(sums + kWarps * kRows * kSumLd);
+  {
+    float4* mine = reinterpret_cast<float4*>(sums + warp * kRows * kSumLd);
+    for (int i = lane; i < kRows * kSumLd / 4; i += 32) mine[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   const int64_t slab_stride = w.N * BITS / 8;  // uint4 per slab row
   const uint4* q_lane =
@@ -148,18 +150,26 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // sums += tmp · scale, once per group: fp32 partial products times the fp32 scale.
     auto flush = [&]() {
-      float* mine = sums + warp * 32 * 32 + lane;
+      float* mine = sums + warp * kRows * kSumLd;
+      const int g = lane / 4;
 #pragma unroll
       for (int t = 0; t < 8; ++t) {
-        const float se = sc.even(t), so = sc.odd(t);
-        mine[(4 * t + 0) * 32] += tmp[t][0] * se;
-        mine[(4 * t + 1) * 32] += tmp[t][1] * so;
-        mine[(4 * t + 2) * 32] += tmp[t][2] * se;
-        mine[(4 * t + 3) * 32] += tmp[t][3] * so;
+        const float2 sc2 = sc.get(t);
+        float2* top = reinterpret_cast<float2*>(mine + g * kSumLd + 8 * t + 2 * tq);
+        float2* bottom = reinterpret_cast<float2*>(mine + (g + 8) * kSumLd + 8 * t + 2 * tq);
+        float2 u = *top, v = *bottom;
+        u.x += tmp[t][0] * sc2.x;
+        u.y += tmp[t][1] * sc2.y;
+        v.x += tmp[t][2] * sc2.x;
+        v.y += tmp[t][3] * sc2.y;
+        *top = u;
+        *bottom = v;
 #pragma unroll
         for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
       }
     };
+    // Regular groups change every group_slabs slabs; act-order ones are read per slab.
+    int64_t next_change = w.group_slabs ? (group + 1) * w.group_slabs : 0;
 
     uint4 cur[kBatch][kWordsPerLane], next[kBatch][kWordsPerLane];
     auto fetch = [&](uint4(&buf)[kBatch][kWordsPerLane], int64_t first) {
@@ -170,48 +180,65 @@ __global__ void __launch_bounds__(kThreads, 2)
           for (int v = 0; v < kWordsPerLane; ++v)
             buf[u][v] = device::load_stream(q_lane + (first + u) * slab_stride + v);
     };
+    // One slab: A fragments from shared memory, the lane's words dequantized, 8 (P = 2: 16) MMAs.
+    auto compute = [&](const uint4(&words_u)[kWordsPerLane], int64_t s) {
+      uint32_t af[P][4];
+      const int64_t kk = (s - ws) * 16;
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        device::ldmatrix_x4(
+            af[p], sa + p * kRows * ld_smem + (lane % 16) * ld_smem + kk + (lane / 16) * 8);
+      if constexpr (BITS == 4) {
+        const uint32_t words[4] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t b0[2], b1[2];
+          device::dequant4<T>(words[j], zop[2 * j], zop[2 * j + 1], b0, b1);
+#pragma unroll
+          for (int p = 0; p < P; ++p) {
+            device::mma<T>(af[p], b0, tmp[2 * j]);
+            device::mma<T>(af[p], b1, tmp[2 * j + 1]);
+          }
+        }
+      } else {
+        const uint32_t words[8] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w,
+                                   words_u[1].x, words_u[1].y, words_u[1].z, words_u[1].w};
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          uint32_t b[2];
+          device::dequant8<T>(words[t], zop[t], b);
+#pragma unroll
+          for (int p = 0; p < P; ++p) device::mma<T>(af[p], b, tmp[t]);
+        }
+      }
+    };
+    auto change_group = [&](int64_t g) {
+      flush();
+      group = g;
+      next_change += w.group_slabs;
+      sc.load(w, scales, group, n_run, tq);
+      load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
+    };
+
     fetch(cur, s0);
     for (int64_t sb = s0; sb < s1; sb += kBatch) {
       if (sb + kBatch < s1) fetch(next, sb + kBatch);  // in flight while this batch computes
+      // A whole batch inside one regular group runs without per-slab checks (a change at its
+      // first slab is made first; groups of 2 slabs can change again inside the batch).
+      if (w.group_slabs != 0 && sb == next_change) change_group(group + 1);
+      const bool whole = sb + kBatch <= s1 && w.group_slabs != 0 && next_change >= sb + kBatch;
+      if (whole) {
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int64_t s = sb + u;
-        if (s >= s1) break;
-        const int64_t g = device::slab_group(w, slab_groups, s);
-        if (g != group) {
-          flush();
-          group = g;
-          sc.load(w, scales, group, n_run, tq);
-          load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
-        }
-        uint32_t af[P][4];
-        const int64_t kk = (s - ws) * 16;
+        for (int u = 0; u < kBatch; ++u) compute(cur[u], sb + u);
+      } else {
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-          device::ldmatrix_x4(
-              af[p], sa + p * kRows * ld_smem + (lane % 16) * ld_smem + kk + (lane / 16) * 8);
-        if constexpr (BITS == 4) {
-          const uint32_t words[4] = {cur[u][0].x, cur[u][0].y, cur[u][0].z, cur[u][0].w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            uint32_t b0[2], b1[2];
-            device::dequant4<T>(words[j], zop[2 * j], zop[2 * j + 1], b0, b1);
-#pragma unroll
-            for (int p = 0; p < P; ++p) {
-              device::mma<T>(af[p], b0, tmp[2 * j]);
-              device::mma<T>(af[p], b1, tmp[2 * j + 1]);
-            }
-          }
-        } else {
-          const uint32_t words[8] = {cur[u][0].x, cur[u][0].y, cur[u][0].z, cur[u][0].w,
-                                     cur[u][1].x, cur[u][1].y, cur[u][1].z, cur[u][1].w};
-#pragma unroll
-          for (int t = 0; t < 8; ++t) {
-            uint32_t b[2];
-            device::dequant8<T>(words[t], zop[t], b);
-#pragma unroll
-            for (int p = 0; p < P; ++p) device::mma<T>(af[p], b, tmp[t]);
-          }
+        for (int u = 0; u < kBatch; ++u) {
+          const int64_t s = sb + u;
+          if (s >= s1) break;
+          const int64_t g = w.group_slabs ? (s == next_change ? group + 1 : group)
+                                          : int64_t(__ldg(slab_groups + s));
+          if (g != group) change_group(g);
+          compute(cur[u], s);
         }
       }
 #pragma unroll
@@ -225,9 +252,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Reduce: the KP warps of each run into the slot of warp `run`, then the cluster's blocks
   // through distributed shared memory, each rank finishing a share of the outputs.
   __syncthreads();
-  const int outputs = R * kRows * 64;
+  const int outputs = R * rows * 64;  // rows past `rows` are never stored
   for (int e = threadIdx.x; e < outputs; e += kThreads) {
-    const int r = e / (kRows * 64), row = (e / 64) % kRows, col = e % 64;
+    const int r = e / (rows * 64), row = (e / 64) % rows, col = e % 64;
     float v = 0.f;
     for (int k = 0; k < KP; ++k) v += sums[sum_index(k * R + r, row, col)];
     sums[sum_index(r, row, col)] = v;  // read above by this thread only
@@ -242,9 +269,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   const bool swiglu = a.epilogue == Epilogue::swiglu;
   for (int64_t e = first + threadIdx.x; e < last; e += kThreads) {
-    const int r = int(e / (kRows * 64)), row = int(e / 64) % kRows, col = int(e % 64);
+    const int r = int(e / (rows * 64)), row = int(e / 64) % rows, col = int(e % 64);
     const int64_t n = (int64_t(strip) * R + r) * 64 + col;
-    if (row >= rows || n >= w.N || (swiglu && col >= 32)) continue;
+    if (n >= w.N || (swiglu && col >= 32)) continue;
     float v = 0.f, up = 0.f;
     const int at = sum_index(r, row, col), at_up = swiglu ? sum_index(r, row, col + 32) : 0;
     for (int q = 0; q < cluster; ++q) {
@@ -264,16 +291,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (cluster > 1) cl.sync();  // no block leaves while another reads its shared memory
 }
 
-template <class A, int BITS>
-cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
+template <class A, int BITS, int kMinBlocks>
+cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
   constexpr int P = kPlanes<A>;
   const int64_t slabs = a.w.K / 16;
   const int64_t block_slabs = (slabs + c.cluster - 1) / c.cluster;
   const int64_t fit = (kSmemBudget / (P * kRows * 2) - 8) / 16;
   const int window = int(std::max<int64_t>(1, std::min(block_slabs, fit)));
   const size_t smem = size_t(kSumBytes) + size_t(P) * kRows * (size_t(window) * 16 + 8) * 2;
-  auto kernel = marlin_stream_kernel<A, BITS>;
-  cudaError_t e = device::allow_shared_memory<marlin_stream_kernel<A, BITS>>(smem);
+  auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks>;
+  cudaError_t e = device::allow_shared_memory<marlin_stream_kernel<A, BITS, kMinBlocks>>(smem);
   if (e != cudaSuccess) return e;
   const int64_t runs = a.w.N / 64;
   const int64_t strips = (runs + c.runs_per_block - 1) / c.runs_per_block;
@@ -292,6 +319,14 @@ cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream)
   cfg.attrs = attr;
   cfg.numAttrs = c.cluster > 1 ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, a, c.runs_per_block, c.cluster, window);
+}
+
+// Two register budgets: 128 per thread (two blocks per SM, more loads in flight) or 255 (one
+// block, no spills).
+template <class A, int BITS>
+cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
+  return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1>(a, c, stream)
+                              : launch_occupancy<A, BITS, 2>(a, c, stream);
 }
 
 }  // namespace

@@ -31,11 +31,10 @@ constexpr int kWarpRows = 32;     // rows per warp (two m16 tiles)
 constexpr int kMaxCluster = 4;
 
 template <int BITS>
-constexpr int kStageBytes = kBM * kBK * 2 + kSlabs * (kBN / 64) * 32 * BITS * 4;
+constexpr int kStageBytes = kBM* kBK * 2 + kSlabs*(kBN / 64) * 32 * BITS * 4;
 
 template <class T, int BITS>
-__global__ void __launch_bounds__(kThreads, 1)
-    marlin_tiled_kernel(const GemmArgs a, int cluster) {
+__global__ void __launch_bounds__(kThreads, 1) marlin_tiled_kernel(const GemmArgs a, int cluster) {
   extern __shared__ uint4 smem[];
   constexpr int kA = kBM * kBK * 2;  // bytes of one stage's activations
   constexpr int kWordsPerLane = BITS / 4;
@@ -55,21 +54,35 @@ __global__ void __launch_bounds__(kThreads, 1)
   const char* x = static_cast<const char*>(a.x);
 
   // Stage t: A rows m0.. (128 × 64 halves, 16-byte chunks XOR-swizzled by row), then the packed
-  // words of its slabs for both runs of the strip (contiguous in the layout).
+  // words of its slabs for both runs of the strip (contiguous in the layout). Each thread copies
+  // the same chunk column of four rows every stage, so their addresses are set up once.
+  constexpr int kAChunks = kBM * 8 / kThreads;  // 4
+  const int a_ch = threadIdx.x % 8, a_row = threadIdx.x / 8;
+  const char* a_src[kAChunks];
+  bool a_ok[kAChunks];
+#pragma unroll
+  for (int i = 0; i < kAChunks; ++i) {
+    const int64_t row = m0 + a_row + 32 * i;
+    a_ok[i] = row < a.M;
+    a_src[i] = x + (a_ok[i] ? row * a.ldx : 0) * 2 + a_ch * 16;
+  }
+  const int a_dst = a_row * 128 + ((a_ch ^ (a_row % 8)) * 16);         // + 32 rows · 128 per chunk
+  constexpr int kBChunks = kSlabs * (kBN / 64) * 8 * BITS / kThreads;  // 1 (4-bit) or 2
+  constexpr int kBPerSlab = (kBN / 64) * 8 * BITS;
   auto load_stage = [&](int64_t t) {
     char* base = reinterpret_cast<char*>(smem) + (t % kStages) * kStageBytes<BITS>;
     const int64_t s0 = kb + t * kSlabs;
-    for (int c = threadIdx.x; c < kBM * 8; c += kThreads) {
-      const int r = c / 8, ch = c % 8;
-      const int64_t row = m0 + r, k = (s0 * 16) + ch * 8;
-      const bool ok = row < a.M && k < ke * 16;
-      const void* src = ok ? x + (row * a.ldx + k) * 2 : a.x;
-      device::cp_async16(base + r * 128 + ((ch ^ (r % 8)) * 16), src, ok ? 16 : 0);
+    const bool k_ok = s0 * 16 + a_ch * 8 < ke * 16;
+#pragma unroll
+    for (int i = 0; i < kAChunks; ++i) {
+      const bool ok = a_ok[i] && k_ok;
+      device::cp_async16(base + a_dst + i * 32 * 128, ok ? a_src[i] + s0 * 32 : a.x, ok ? 16 : 0);
     }
     uint4* b = reinterpret_cast<uint4*>(base + kA);
-    constexpr int kB = kSlabs * (kBN / 64) * 8 * BITS;  // uint4 per stage
-    for (int c = threadIdx.x; c < kB; c += kThreads) {
-      const int j = c / ((kBN / 64) * 8 * BITS), within = c % ((kBN / 64) * 8 * BITS);
+#pragma unroll
+    for (int i = 0; i < kBChunks; ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      const int j = c / kBPerSlab, within = c % kBPerSlab;
       const int64_t s = s0 + j;
       const bool ok = s < ke && n0 + (within / (8 * BITS)) * 64 < w.N;
       const uint4* src = ok ? qw + s * slab_stride + (n0 / 64) * (8 * BITS) + within : qw;
@@ -95,7 +108,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto flush = [&]() {
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
-      const float se = sc.even(t), so = sc.odd(t);
+      const float2 sc2 = sc.get(t);
+      const float se = sc2.x, so = sc2.y;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         acc[i][t][0] += tmp[i][t][0] * se;
@@ -108,59 +122,79 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
+  int64_t next_change = w.group_slabs ? (group + 1) * w.group_slabs : 0;
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < tiles) load_stage(s);
     device::cp_async_commit();
   }
+  // One slab j of a stage: A fragments of the warp's two m16 tiles, its B words, 16 MMAs.
+  auto compute = [&](const char* base, int j) {
+    const uint4* b = reinterpret_cast<const uint4*>(base + kA);
+    uint32_t af[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = wm * kWarpRows + i * 16 + (lane % 16);
+      const int ch = j * 2 + lane / 16;
+      device::ldmatrix_x4(af[i], base + r * 128 + ((ch ^ (r % 8)) * 16));
+    }
+    const uint4* mine = b + (j * (kBN / 64) + wn) * 8 * BITS + lane * kWordsPerLane;
+    if constexpr (BITS == 4) {
+      const uint4 v = mine[0];
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t b0[2], b1[2];
+        device::dequant4<T>(words[q], zop[2 * q], zop[2 * q + 1], b0, b1);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          device::mma<T>(af[i], b0, tmp[i][2 * q]);
+          device::mma<T>(af[i], b1, tmp[i][2 * q + 1]);
+        }
+      }
+    } else {
+      const uint4 v0 = mine[0], v1 = mine[1];
+      const uint32_t words[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        uint32_t bq[2];
+        device::dequant8<T>(words[q], zop[q], bq);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) device::mma<T>(af[i], bq, tmp[i][q]);
+      }
+    }
+  };
+  auto change_group = [&](int64_t g) {
+    flush();
+    group = g;
+    next_change += w.group_slabs;
+    sc.load(w, w.scales, group, n_run, tq);
+    load_zeros<T, BITS>(w, w.zeros, group, n_run, lane, zop);
+  };
+
   for (int64_t t = 0; t < tiles; ++t) {
     device::cp_async_wait<kStages - 2>();
     __syncthreads();  // stage t is in, and every warp is done with stage t - 1
     if (t + kStages - 1 < tiles) load_stage(t + kStages - 1);
     device::cp_async_commit();
+    if (!run_valid) continue;
     const char* base = reinterpret_cast<const char*>(smem) + (t % kStages) * kStageBytes<BITS>;
-    const uint4* b = reinterpret_cast<const uint4*>(base + kA);
+    const int64_t sf = kb + t * kSlabs;
+    // A whole stage inside one regular group runs without per-slab checks (a change at its first
+    // slab is made first; groups of 2 slabs can change again inside the stage).
+    if (w.group_slabs != 0 && sf == next_change) change_group(group + 1);
+    const bool whole = sf + kSlabs <= ke && w.group_slabs != 0 && next_change >= sf + kSlabs;
+    if (whole) {
 #pragma unroll
-    for (int j = 0; j < kSlabs; ++j) {
-      const int64_t s = kb + t * kSlabs + j;
-      if (s >= ke || !run_valid) break;
-      const int64_t g = device::slab_group(w, w.slab_groups, s);
-      if (g != group) {
-        flush();
-        group = g;
-        sc.load(w, w.scales, group, n_run, tq);
-        load_zeros<T, BITS>(w, w.zeros, group, n_run, lane, zop);
-      }
-      uint32_t af[2][4];
+      for (int j = 0; j < kSlabs; ++j) compute(base, j);
+    } else {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = wm * kWarpRows + i * 16 + (lane % 16);
-        const int ch = j * 2 + lane / 16;
-        device::ldmatrix_x4(af[i], base + r * 128 + ((ch ^ (r % 8)) * 16));
-      }
-      const uint4* mine = b + (j * (kBN / 64) + wn) * 8 * BITS + lane * kWordsPerLane;
-      if constexpr (BITS == 4) {
-        const uint4 v = mine[0];
-        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          uint32_t b0[2], b1[2];
-          device::dequant4<T>(words[q], zop[2 * q], zop[2 * q + 1], b0, b1);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            device::mma<T>(af[i], b0, tmp[i][2 * q]);
-            device::mma<T>(af[i], b1, tmp[i][2 * q + 1]);
-          }
-        }
-      } else {
-        const uint4 v0 = mine[0], v1 = mine[1];
-        const uint32_t words[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          uint32_t bq[2];
-          device::dequant8<T>(words[q], zop[q], bq);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) device::mma<T>(af[i], bq, tmp[i][q]);
-        }
+      for (int j = 0; j < kSlabs; ++j) {
+        const int64_t s = sf + j;
+        if (s >= ke) break;
+        const int64_t g = w.group_slabs ? (s == next_change ? group + 1 : group)
+                                        : int64_t(__ldg(w.slab_groups + s));
+        if (g != group) change_group(g);
+        compute(base, j);
       }
     }
   }
