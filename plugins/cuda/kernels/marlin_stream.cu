@@ -331,16 +331,37 @@ cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream)
 
 }  // namespace
 
+// The splits measured best on an H200 (docs/cuda.md, "Choosing the split"): one tile of rows
+// wants about one to two blocks per SM, each block over four adjacent runs (their words are
+// contiguous, which DRAM streams best) and K split over a power-of-two cluster; several tiles of
+// rows share the weight through L2 and want one run per block and clusters of two. MoE items are
+// different experts and keep the split they were measured with.
 StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   StreamConfig c;
   const int64_t runs = a.w.N / 64, slabs = a.w.K / 16;
   const int64_t items = a.items ? std::max<int64_t>(1, a.max_items) : (a.M + kRows - 1) / kRows;
+  c.blocks_per_sm = 2;
   c.runs_per_block = 1;
-  // Enough blocks for two per multiprocessor, but at least two slabs per warp.
-  const int64_t want =
-      (2 * int64_t(sm_count) + runs * items - 1) / std::max<int64_t>(1, runs * items);
-  const int64_t most = std::max<int64_t>(1, slabs / (2 * kWarps));
-  c.cluster = int(std::clamp<int64_t>(std::min(want, most), 1, kMaxCluster));
+  if (a.items) {
+    const int64_t want =
+        (2 * int64_t(sm_count) + runs * items - 1) / std::max<int64_t>(1, runs * items);
+    const int64_t most = std::max<int64_t>(1, slabs / (2 * kWarps));
+    c.cluster = int(std::clamp<int64_t>(std::min(want, most), 1, kMaxCluster));
+    return c;
+  }
+  if (items == 1) {
+    const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * 7 / 4;
+    for (int R : {4, 2, 1})
+      for (int C : {1, 2, 4, 8}) {
+        const int64_t blocks = (runs + R - 1) / R * C;
+        if (blocks >= low && blocks <= high && slabs * R >= int64_t(C) * kWarps * 2) {
+          c.runs_per_block = R;
+          c.cluster = C;
+          return c;
+        }
+      }
+  }
+  c.cluster = slabs >= 2 * 2 * kWarps ? 2 : 1;
   return c;
 }
 

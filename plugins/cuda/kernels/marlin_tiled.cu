@@ -264,10 +264,11 @@ cudaError_t launch_typed(const GemmArgs& a, int cluster, cudaStream_t stream) {
 
 }  // namespace
 
+// Measured on an H200: a cluster of up to three blocks while the tiles leave SMs idle, none once
+// they fill the GPU.
 int choose_tiled_cluster(const GemmArgs& a, int sm_count) {
   const int64_t blocks = (a.w.N + kBN - 1) / kBN * ((a.M + kBM - 1) / kBM);
-  if (blocks >= sm_count) return 1;
-  const int64_t c = (sm_count + blocks - 1) / blocks;
+  const int64_t c = std::min<int64_t>(sm_count / std::max<int64_t>(1, blocks), 3);
   return int(std::clamp<int64_t>(std::min<int64_t>(c, a.w.K / 16 / (2 * kSlabs)), 1, kMaxCluster));
 }
 
