@@ -22,8 +22,8 @@ class MarlinLinear : public sdk::Kernel {
     if (d.op != NIBBLE_OP_LINEAR) return "linear_marlin computes quantized linear layers only";
     std::string why = why_not_quantized(d);
     if (!why.empty()) return why;
-    return marlin_why_not(d.K, d.N, d.group_size, d.has_g_idx != 0, d.symmetric != 0, d.bits,
-                          sdk::max_zero(d), portable::layer_name(d));
+    return sdk::marlin::why_not(d.K, d.N, d.group_size, d.has_g_idx != 0, d.symmetric != 0, d.bits,
+                                sdk::max_zero(d), portable::layer_name(d));
   }
   std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
                                          const nibble_weight_input& in) const override {

@@ -23,11 +23,11 @@ class MarlinMoe : public sdk::Kernel {
     if (d.op != NIBBLE_OP_MOE) return "moe_marlin computes MoE layers only";
     std::string why = why_not_moe(d);
     if (!why.empty()) return why;
-    why = marlin_why_not(d.K, 2 * d.N, d.group_size, d.has_g_idx != 0, d.symmetric != 0, d.bits,
-                         sdk::max_zero(d), "w13");
+    why = sdk::marlin::why_not(d.K, 2 * d.N, d.group_size, d.has_g_idx != 0, d.symmetric != 0,
+                               d.bits, sdk::max_zero(d), "w13");
     if (!why.empty()) return why;
-    return marlin_why_not(d.N, d.K, d.w2_group_size, d.w2_has_g_idx != 0, d.w2_symmetric != 0,
-                          d.bits, sdk::max_zero(d, true), "w2");
+    return sdk::marlin::why_not(d.N, d.K, d.w2_group_size, d.w2_has_g_idx != 0, d.w2_symmetric != 0,
+                                d.bits, sdk::max_zero(d, true), "w2");
   }
   std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
                                          const nibble_weight_input& in) const override {

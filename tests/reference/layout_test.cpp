@@ -16,8 +16,8 @@
 namespace nibble::test {
 namespace {
 
-using gpu_ref::marlin_repack;
-using gpu_ref::marlin_weight_perm;
+using sdk::marlin::repack;
+using sdk::marlin::weight_perm;
 
 // vLLM's get_weight_perm, transcribed loop for loop from its Python (numpy reshape and
 // fancy-indexing spelled out), independently of the plugin's version.
@@ -43,7 +43,7 @@ std::vector<int> python_weight_perm(int bits) {
 
 TEST(ReferenceMarlinLayout, WeightPermMatchesVllmTranscription) {
   for (int bits : {4, 8}) {
-    const auto perm = marlin_weight_perm(bits);
+    const auto perm = weight_perm(bits);
     const std::vector<int> expected = python_weight_perm(bits);
     ASSERT_EQ(expected.size(), perm.size());
     EXPECT_TRUE(std::equal(perm.begin(), perm.end(), expected.begin())) << bits << "-bit";
@@ -59,7 +59,7 @@ TEST(ReferenceMarlinLayout, FirstWordHoldsThreadZeroFragment) {
   std::vector<uint8_t> q(size_t(K * N));
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) q[size_t(k * N + n)] = uint8_t((k * 5 + n * 3) % 16);
-  const std::vector<uint32_t> packed = marlin_repack(q, K, N, 4);
+  const std::vector<uint32_t> packed = repack(q, K, N, 4);
   ASSERT_EQ(packed.size(), size_t(K / 16 * N * 4 / 2));
   const std::array<std::pair<int, int>, 8> kn = {
       {{0, 0}, {8, 0}, {0, 8}, {8, 8}, {1, 0}, {9, 0}, {1, 8}, {9, 8}}};
@@ -68,7 +68,7 @@ TEST(ReferenceMarlinLayout, FirstWordHoldsThreadZeroFragment) {
     EXPECT_EQ(got, q[size_t(kn[size_t(i)].first * N + kn[size_t(i)].second)]) << "nibble " << i;
   }
   // 8-bit: four values per word, interleave [0,2,1,3] of (k0,n0) (k1,n0) (k8,n0) (k9,n0).
-  const std::vector<uint32_t> packed8 = marlin_repack(q, K, N, 8);
+  const std::vector<uint32_t> packed8 = repack(q, K, N, 8);
   ASSERT_EQ(packed8.size(), size_t(K / 16 * N * 8 / 2));
   const int rows8[4] = {0, 8, 1, 9};
   for (int i = 0; i < 4; ++i)
@@ -81,7 +81,7 @@ TEST(ReferenceMarlinLayout, WholeTileRowDecodesBack) {
   for (int bits : {4, 8}) {
     std::vector<uint8_t> q(size_t(K * N));
     for (size_t i = 0; i < q.size(); ++i) q[i] = uint8_t((i * 7 + i / 13) % (1u << bits));
-    const std::vector<uint32_t> packed = marlin_repack(q, K, N, bits);
+    const std::vector<uint32_t> packed = repack(q, K, N, bits);
     const std::vector<int> perm = python_weight_perm(bits);
     const int64_t pack = 32 / bits, row_values = N * 16;
     for (int64_t kt = 0; kt < K / 16; ++kt)
@@ -97,8 +97,8 @@ TEST(ReferenceMarlinLayout, WholeTileRowDecodesBack) {
 }
 
 TEST(ReferenceMarlinLayout, ScalePermutationsAreVllms) {
-  const auto sp = gpu_ref::marlin_scale_perm();
-  const auto single = gpu_ref::marlin_scale_perm_single();
+  const auto sp = sdk::marlin::scale_perm();
+  const auto single = sdk::marlin::scale_perm_single();
   const std::array<int, 8> first_row = {0, 8, 16, 24, 32, 40, 48, 56};
   for (int j = 0; j < 8; ++j) EXPECT_EQ(sp[size_t(j)], first_row[size_t(j)]);
   EXPECT_EQ(sp[8], 1);
@@ -109,7 +109,7 @@ TEST(ReferenceMarlinLayout, ScalePermutationsAreVllms) {
 }
 
 // A packed MarlinWeight stores grouped scales at s_perm[g][8i + j] = s[g][i + 8j] and per-channel
-// scales through scale_perm_single, and its words are marlin_repack of the q matrix.
+// scales through scale_perm_single, and its words are sdk::marlin::repack of the q matrix.
 TEST(ReferenceMarlinLayout, PackedWeightUsesPermutedScalesAndRepackedWords) {
   for (int gs : {64, -1}) {
     const CanonicalWeight w =
@@ -119,10 +119,10 @@ TEST(ReferenceMarlinLayout, PackedWeightUsesPermutedScalesAndRepackedWords) {
     std::vector<uint8_t> q_kn(size_t(w.K * w.N));
     for (int64_t k = 0; k < w.K; ++k)
       for (int64_t n = 0; n < w.N; ++n) q_kn[size_t(k * w.N + n)] = w.q[size_t(n * w.K + k)];
-    EXPECT_EQ(m.qweight(), marlin_repack(q_kn, w.K, w.N, 4));
+    EXPECT_EQ(m.qweight(), repack(q_kn, w.K, w.N, 4));
     EXPECT_FALSE(m.has_zero_points());
-    const auto sp = gpu_ref::marlin_scale_perm();
-    const auto single = gpu_ref::marlin_scale_perm_single();
+    const auto sp = sdk::marlin::scale_perm();
+    const auto single = sdk::marlin::scale_perm_single();
     for (int64_t g = 0; g < w.num_groups; ++g)
       for (int64_t p = 0; p < w.N; ++p) {
         const int64_t n =
@@ -140,7 +140,7 @@ TEST(ReferenceMarlinLayout, ZeroPointsArePermutedInterleavedAndPacked) {
   const nibble_canonical_weight cw = w.view();
   const auto m = gpu_ref::MarlinWeight::pack(sdk::QuantWeight(cw, "w"));
   ASSERT_TRUE(m.has_zero_points());
-  const auto sp = gpu_ref::marlin_scale_perm();
+  const auto sp = sdk::marlin::scale_perm();
   const int interleave[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   ASSERT_EQ(m.zero_points().size(), size_t(w.N / 8));
   for (int64_t t = 0; t < w.N; ++t) {

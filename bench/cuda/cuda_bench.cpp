@@ -1,0 +1,279 @@
+// nibble-cuda-bench: the cuda backend's kernels timed on the GPU against cuBLAS in the same run.
+// Linear layers (4-bit, group 128, bf16 activations): the Marlin kernels launched directly on
+// weights rotated over enough copies to come from HBM (≥ 16, ≥ 4× the L2), CUDA events around
+// `iters` calls on one stream, and cuBLAS bf16 GEMM on the dequantized weight, rotated the same
+// way; small M reported as % of HBM bandwidth, every M as the ratio to cuBLAS. The fused MoE
+// (Mixtral-like: 8 experts, top-2, K 4096, I 14336) runs through the plugin's C ABI with tensors
+// from its own device memory. Writes JSON with --json.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nibble/sdk/host.hpp>
+#include <nibble/sdk/numeric.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "marlin_weight.hpp"
+#include "timing.hpp"
+
+namespace nibble::cuda::bench {
+namespace {
+
+struct Options {
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 4096}, {4096, 14336}, {14336, 4096}};
+  std::vector<int64_t> ms = {1, 4, 16, 32, 64, 128, 256, 1024};
+  int iters = 200;
+  double peak_tbs = 4.8;
+  bool sweep = false, moe = true, linear = true;
+  std::string json, plugin = std::string(NIBBLE_PLUGIN_BUILD_DIR) + "/libnibble_cuda.so";
+};
+
+std::vector<int64_t> int_list(const std::string& s) {
+  std::vector<int64_t> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    v.push_back(std::stoll(s.substr(i, j - i)));
+    i = j + 1;
+  }
+  return v;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--json")
+      o.json = value();
+    else if (a == "--iters")
+      o.iters = int(std::stoi(value()));
+    else if (a == "--m")
+      o.ms = int_list(value());
+    else if (a == "--peak-tbs")
+      o.peak_tbs = std::stod(value());
+    else if (a == "--plugin")
+      o.plugin = value();
+    else if (a == "--sweep")
+      o.sweep = true;
+    else if (a == "--no-moe")
+      o.moe = false;
+    else if (a == "--moe-only")
+      o.linear = false;
+    else if (a == "--shapes") {
+      o.shapes.clear();
+      for (const std::string& s : {value()}) {
+        size_t i0 = 0;
+        while (i0 < s.size()) {
+          size_t j = s.find(',', i0);
+          if (j == std::string::npos) j = s.size();
+          const std::string kn = s.substr(i0, j - i0);
+          const size_t x = kn.find('x');
+          o.shapes.push_back({std::stoll(kn.substr(0, x)), std::stoll(kn.substr(x + 1))});
+          i0 = j + 1;
+        }
+      }
+    } else {
+      throw std::runtime_error("unknown option " + a +
+                               " (--json F --iters N --m 1,16 --shapes KxN,... --sweep "
+                               "--no-moe --moe-only --peak-tbs T --plugin PATH)");
+    }
+  }
+  return o;
+}
+
+// A random 4-bit symmetric group-128 weight K × N with f16 scales, owned.
+struct HostWeight {
+  std::vector<uint8_t> q, zeros;
+  std::vector<uint16_t> scales;
+  nibble_canonical_weight c{};
+  HostWeight(int64_t K, int64_t N, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t G = K / 128;
+    q.resize(size_t(K * N));
+    for (auto& v : q) v = uint8_t(rng() & 15);
+    zeros.assign(size_t(G * N), 8);
+    scales.resize(size_t(G * N));
+    std::uniform_real_distribution<float> u(0.5f, 1.5f);
+    for (auto& s : scales) s = sdk::f32_to_f16(u(rng) / (15.f * std::sqrt(float(K))));
+    c.struct_size = sizeof c;
+    c.bits = 4;
+    c.group_size = 128;
+    c.K = K;
+    c.N = N;
+    c.num_groups = G;
+    c.q = q.data();
+    c.scales = scales.data();
+    c.scales_dtype = sdk::dtype_f16();
+    c.zeros = zeros.data();
+  }
+  // The dequantized weight [N][K] in bf16 (cuBLAS's operand).
+  std::vector<uint16_t> dense_bf16() const {
+    std::vector<uint16_t> d(q.size());
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t k = 0; k < c.K; ++k) {
+        const float s = sdk::f16_to_f32(scales[size_t((k / 128) * c.N + n)]);
+        d[size_t(n * c.K + k)] = sdk::f32_to_bf16((float(q[size_t(n * c.K + k)]) - 8.f) * s);
+      }
+    return d;
+  }
+};
+
+nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t blas) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [K, N] : o.shapes) {
+    HostWeight w(K, N, uint32_t(K * 7 + N));
+    const MarlinHost host = pack_marlin(sdk::QuantWeight(w.c, "bench"), false, "bench");
+    const size_t qbytes = host.packed.qweight.size() * 4 + host.scales.size();
+    const int copies = int(std::max<size_t>(16, (4 * dev.l2_bytes + qbytes - 1) / qbytes));
+    MarlinStack stack(0, copies, host);
+    for (int i = 1; i < copies; ++i) stack.put(i, host, "bench copy");
+    const std::vector<uint16_t> dense = w.dense_bf16();
+    const size_t dbytes = dense.size() * 2;
+    const int dcopies = int(std::max<size_t>(16, (4 * dev.l2_bytes + dbytes - 1) / dbytes));
+    DeviceArray dw(dbytes * size_t(dcopies));
+    for (int i = 0; i < dcopies; ++i)
+      check_cuda(
+          cudaMemcpy(dw.at(dbytes * size_t(i)), dense.data(), dbytes, cudaMemcpyHostToDevice),
+          "upload dense");
+    std::printf(
+        "\n%lld x %lld (K x N), 4-bit g128: %.1f MB packed x %d copies, bf16 %.1f MB x %d\n",
+        (long long)K, (long long)N, qbytes / 1e6, copies, dbytes / 1e6, dcopies);
+    std::printf("%6s %10s %10s %8s %10s %8s\n", "M", "nibble us", "cuBLAS us", "x cuBLAS", "TB/s",
+                "% HBM");
+    for (int64_t M : o.ms) {
+      std::vector<uint16_t> xh(size_t(M * K));
+      std::mt19937 rng{uint32_t(M)};
+      std::normal_distribution<float> nd(0.f, 1.f);
+      for (auto& v : xh) v = sdk::f32_to_bf16(nd(rng));
+      DeviceArray x(xh.size() * 2), y(size_t(M * N) * 2);
+      check_cuda(cudaMemcpy(x.get(), xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), "x");
+      GemmArgs a;
+      a.x = x.get();
+      a.ldx = K;
+      a.x_dtype = DType::bf16;
+      a.y = y.get();
+      a.ldy = N;
+      a.y_dtype = DType::bf16;
+      a.M = M;
+      auto view = [&](int i) {
+        MarlinDevice v = stack.view();
+        v.qweight += int64_t(i) * v.expert_qweight;
+        v.scales = static_cast<const char*>(v.scales) + int64_t(i) * v.expert_scales * 2;
+        v.slab_groups += int64_t(i) * v.expert_slabs;
+        return v;
+      };
+      const Timing tm = time_calls(o.iters, dev.stream, [&](int i) {
+        a.w = view(i % copies);
+        check_cuda(launch_marlin(a, dev.sms, dev.stream), "launch_marlin");
+      });
+      const double us = tm.device_us;
+      const float one = 1.f, zero = 0.f;
+      const Timing tb = time_calls(o.iters, dev.stream, [&](int i) {
+        const void* W = dw.at(dbytes * size_t(i % dcopies));
+        check_blas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &one, W,
+                                CUDA_R_16BF, int(K), x.get(), CUDA_R_16BF, int(K), &zero, y.get(),
+                                CUDA_R_16BF, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+      });
+      const double blas_us = tb.device_us;
+      const double tbs = double(qbytes) / (us * 1e-6) / 1e12;
+      const char* kernel = M > 64 && tiled_takes(a) ? "tiled" : "stream";
+      std::printf("%6lld %10.2f %10.2f %8.2f %10.2f %7.1f%% %9.2f %9s\n", (long long)M, us, blas_us,
+                  blas_us / us, tbs, 100 * tbs / o.peak_tbs, tm.host_us, kernel);
+      nlohmann::json row = {{"K", K},
+                            {"N", N},
+                            {"M", M},
+                            {"nibble_us", us},
+                            {"cublas_us", blas_us},
+                            {"speedup_vs_cublas", blas_us / us},
+                            {"weight_bytes", qbytes},
+                            {"tbs", tbs},
+                            {"pct_of_peak", 100 * tbs / o.peak_tbs}};
+      if (o.sweep) {
+        // Both kernels and their splits, so the dispatch rule can be read off one run.
+        auto stream_us = [&](StreamConfig c) {
+          return time_calls(o.iters, dev.stream,
+                            [&](int i) {
+                              a.w = view(i % copies);
+                              check_cuda(launch_marlin_stream(a, c, dev.stream),
+                                         "launch_marlin_stream");
+                            })
+              .device_us;
+        };
+        auto tiled_us = [&](int c) {
+          return time_calls(o.iters, dev.stream,
+                            [&](int i) {
+                              a.w = view(i % copies);
+                              check_cuda(launch_marlin_tiled(a, c, dev.stream),
+                                         "launch_marlin_tiled");
+                            })
+              .device_us;
+        };
+        nlohmann::json sweep = nlohmann::json::array();
+        std::printf("        stream:");
+        if (M <= 256) {
+          const std::vector<int> Rs = M <= 16 ? std::vector<int>{1, 2, 4} : std::vector<int>{1};
+          for (int B : {2, 1})
+            for (int R : Rs)
+              for (int C : {1, 2, 3, 4, 6, 8}) {
+                const double t = stream_us({R, C, B});
+                sweep.push_back({{"kernel", "stream"}, {"B", B}, {"R", R}, {"C", C}, {"us", t}});
+                std::printf(" B%dR%dC%d %.1f", B, R, C, t);
+              }
+        }
+        if (M >= 16) {
+          std::printf("  tiled:");
+          for (int C : {1, 2, 3, 4}) {
+            const double t = tiled_us(C);
+            sweep.push_back({{"kernel", "tiled"}, {"C", C}, {"us", t}});
+            std::printf(" C%d %.1f", C, t);
+          }
+        }
+        std::printf("\n");
+        row["sweep"] = sweep;
+      }
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+}  // namespace nibble::cuda::bench
+
+int main(int argc, char** argv) {
+  using namespace nibble::cuda::bench;
+  try {
+    const Options o = parse(argc, argv);
+    Device dev = open_device(o.peak_tbs);
+    nlohmann::json out = {{"device", dev.name},       {"sms", dev.sms},
+                          {"l2_bytes", dev.l2_bytes}, {"nominal_peak_tbs", o.peak_tbs},
+                          {"copy_tbs", dev.copy_tbs}, {"iters", o.iters}};
+    std::printf("%s, %d SMs, L2 %.0f MB; device-to-device copy %.2f TB/s (nominal peak %.1f)\n",
+                dev.name.c_str(), dev.sms, dev.l2_bytes / 1e6, dev.copy_tbs, o.peak_tbs);
+    cublasHandle_t blas = nullptr;
+    check_blas(cublasCreate(&blas), "cublasCreate");
+    check_blas(cublasSetStream(blas, dev.stream), "cublasSetStream");
+    if (o.linear) out["linear"] = run_linear(o, dev, blas);
+    if (o.moe) out["moe"] = run_moe(o.plugin, o.iters, o.peak_tbs, dev);
+    cublasDestroy(blas);
+    if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble-cuda-bench: %s\n", e.what());
+    return 1;
+  }
+}

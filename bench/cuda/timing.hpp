@@ -1,0 +1,68 @@
+// What the cuda bench's parts share: the device and its stream, owned device arrays, CUDA-event
+// timing of repeated calls, and error checks that throw.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace nibble::cuda::bench {
+
+/// Throw unless `e` is cudaSuccess.
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                             cudaGetErrorString(e) + ")");
+}
+/// Throw unless `s` is CUBLAS_STATUS_SUCCESS.
+inline void check_blas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(s));
+}
+
+/// Device 0, a stream on it, and what bounds the kernels.
+struct Device {
+  std::string name;
+  int sms = 0;
+  size_t l2_bytes = 0;
+  double copy_tbs = 0;  ///< measured device-to-device copy bandwidth (read + write)
+  cudaStream_t stream = nullptr;
+};
+
+/// Open device 0 and measure its copy bandwidth.
+Device open_device(double nominal_tbs);
+
+/// A device allocation owned by the bench.
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t bytes) { check_cuda(cudaMalloc(&p_, bytes), "cudaMalloc"); }
+  ~DeviceArray() { cudaFree(p_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  void* get() const { return p_; }
+  void* at(size_t offset) const { return static_cast<char*>(p_) + offset; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+/// Mean microseconds per call on the device (CUDA events around the calls) and on the host (the
+/// wall time of queuing them: when it reaches the device time, the host is what limits).
+struct Timing {
+  double device_us = 0;
+  double host_us = 0;
+};
+
+/// Time `iters` calls of `call(i)` queued on `stream`, after warm-up calls.
+Timing time_calls(int iters, cudaStream_t stream, const std::function<void(int)>& call);
+
+/// The fused MoE (Mixtral-like) through the plugin at `plugin_path`.
+nlohmann::json run_moe(const std::string& plugin_path, int iters, double peak_tbs,
+                       const Device& dev);
+
+}  // namespace nibble::cuda::bench

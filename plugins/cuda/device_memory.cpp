@@ -1,0 +1,76 @@
+// Device memory for hosts: every call names its device, so each switches to it and back.
+#include "device_memory.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "cuda_error.hpp"
+
+namespace nibble::cuda {
+
+namespace {
+
+void require_device(int device_id) {
+  const int count = cuda_device_count();
+  if (device_id < 0 || device_id >= count)
+    throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
+                           "device memory: cuda:" + std::to_string(device_id) +
+                               " does not exist (this machine has " + std::to_string(count) +
+                               " CUDA device" + (count == 1 ? "" : "s") + ")");
+}
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+int32_t CudaDeviceMemory::device_type() const { return kDLCUDA; }
+
+int CudaDeviceMemory::device_count() { return cuda_device_count(); }
+
+void* CudaDeviceMemory::alloc(int device_id, size_t bytes) {
+  require_device(device_id);
+  DeviceGuard guard(device_id);
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "device memory: cudaMalloc of " + std::to_string(bytes) +
+                                   " bytes on cuda:" + std::to_string(device_id));
+  return p;
+}
+
+void CudaDeviceMemory::free(int device_id, void* ptr) noexcept {
+  if (!ptr) return;
+  int previous = 0;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_id &&
+                        cudaSetDevice(device_id) == cudaSuccess;
+  cudaFree(ptr);
+  if (switched) cudaSetDevice(previous);
+}
+
+void CudaDeviceMemory::copy(int device_id, void* dst, const void* src, size_t bytes,
+                            sdk::CopyDirection direction, void* stream) {
+  require_device(device_id);
+  DeviceGuard guard(device_id);
+  const cudaMemcpyKind kind =
+      direction == sdk::CopyDirection::host_to_device   ? cudaMemcpyHostToDevice
+      : direction == sdk::CopyDirection::device_to_host ? cudaMemcpyDeviceToHost
+                                                        : cudaMemcpyDeviceToDevice;
+  check(cudaMemcpyAsync(dst, src, bytes, kind, static_cast<cudaStream_t>(stream)),
+        "device memory: cudaMemcpyAsync of " + std::to_string(bytes) +
+            " bytes on cuda:" + std::to_string(device_id));
+}
+
+void CudaDeviceMemory::synchronize(int device_id, void* stream) {
+  require_device(device_id);
+  DeviceGuard guard(device_id);
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+        "device memory: cudaStreamSynchronize on cuda:" + std::to_string(device_id));
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,145 @@
+// What a lane of the Marlin kernels reads besides its weight words: the scales it applies to its
+// accumulators and the zero points its dequantizer subtracts, both in Marlin's permuted layouts;
+// plus element access to activations and outputs of any of the three dtypes.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "launch.hpp"
+#include "mma.cuh"
+
+namespace nibble::cuda::device {
+
+/// Element i of an activation array of dtype t, as fp32.
+__device__ __forceinline__ float load_act(const void* p, int64_t i, DType t) {
+  if (t == DType::f32) return static_cast<const float*>(p)[i];
+  const uint16_t v = static_cast<const uint16_t*>(p)[i];
+  return t == DType::f16 ? Bits16<__half>::to_float(v) : Bits16<__nv_bfloat16>::to_float(v);
+}
+
+/// Store v rounded to dtype t at element i.
+__device__ __forceinline__ void store_out(void* p, int64_t i, DType t, float v) {
+  if (t == DType::f32)
+    static_cast<float*>(p)[i] = v;
+  else if (t == DType::f16)
+    static_cast<uint16_t*>(p)[i] = Bits16<__half>::from_float(v);
+  else
+    static_cast<uint16_t*>(p)[i] = Bits16<__nv_bfloat16>::from_float(v);
+}
+
+__device__ __forceinline__ float half_value(uint32_t pair, DType t, int high) {
+  const uint16_t v = uint16_t(high ? pair >> 16 : pair & 0xFFFF);
+  return t == DType::f16 ? Bits16<__half>::to_float(v) : Bits16<__nv_bfloat16>::to_float(v);
+}
+
+// The 16 scales one lane applies per group: even(T) for column 8T + 2t of n8 tile T, odd(T) for
+// column 8T + 2t + 1. Grouped scales (scale_perm) hold them as 16 contiguous values at 16t, all
+// even columns first; per-channel ones (scale_perm_single) as 8 at 8t and 8 at 32 + 8t, even and
+// odd alternating. 16-bit scales are loaded once per group and rearranged into one register per
+// tile, (even, odd), widened exactly to fp32 when applied; fp32 scales are read when applied.
+struct LaneScales {
+  uint32_t pairs[8];
+  const float* f32 = nullptr;
+  int64_t first = 0, second = 0;
+  bool single = false;
+  bool bf16 = false;
+
+  __device__ void load(const MarlinDevice& w, const void* scales, int64_t g, int64_t n_run, int t) {
+    const int64_t row = g * w.N + n_run;
+    single = w.single_group;
+    first = single ? row + 8 * t : row + 16 * t;
+    second = single ? row + 32 + 8 * t : row + 16 * t + 8;
+    if (w.scale_dtype == DType::f32) {
+      f32 = static_cast<const float*>(scales);
+      return;
+    }
+    bf16 = w.scale_dtype == DType::bf16;
+    const uint16_t* base = static_cast<const uint16_t*>(scales);
+    const uint4 a = __ldg(reinterpret_cast<const uint4*>(base + first));
+    const uint4 b = __ldg(reinterpret_cast<const uint4*>(base + second));
+    if (single) {  // already (even T, odd T) per word
+      pairs[0] = a.x, pairs[1] = a.y, pairs[2] = a.z, pairs[3] = a.w;
+      pairs[4] = b.x, pairs[5] = b.y, pairs[6] = b.z, pairs[7] = b.w;
+    } else {  // a holds the even columns, b the odd ones: interleave them
+      const uint32_t ea[4] = {a.x, a.y, a.z, a.w}, ob[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pairs[2 * i] = __byte_perm(ea[i], ob[i], 0x5410);
+        pairs[2 * i + 1] = __byte_perm(ea[i], ob[i], 0x7632);
+      }
+    }
+  }
+  /// The scales of n8 tile T's even and odd column, as fp32.
+  __device__ __forceinline__ float2 get(int T) const {
+    if (f32) {
+      const int e = single ? 2 * T : T, o = single ? 2 * T + 1 : 8 + T;
+      return make_float2(__ldg(f32 + (e < 8 ? first + e : second + e - 8)),
+                         __ldg(f32 + (o < 8 ? first + o : second + o - 8)));
+    }
+    const uint32_t p = pairs[T];
+    if (bf16) return make_float2(__uint_as_float(p << 16), __uint_as_float(p & 0xFFFF0000u));
+    return __half22float2(*reinterpret_cast<const __half2*>(&p));
+  }
+};
+
+// The zero operands of the lane's 8 B columns (n8 tiles T = 0..7, column lane / 4) for group g.
+template <class T, int BITS>
+__device__ __forceinline__ void load_zeros(const MarlinDevice& w, const uint32_t* zeros, int64_t g,
+                                           int64_t n_run, int lane, uint32_t out[8]) {
+  if (zeros == nullptr) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) out[t] = device::zero_operand<T, BITS>(1 << (BITS - 1));
+    return;
+  }
+  const int i = lane / 4;
+  if constexpr (BITS == 4) {
+    const uint32_t word = __ldg(zeros + g * (w.N / 8) + n_run / 8 + i);
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+      out[t] = device::zero_operand<T, BITS>(int((word >> (4 * device::zero_slot4(t))) & 15));
+  } else {
+    const uint32_t* p = zeros + g * (w.N / 4) + n_run / 4 + 2 * i;
+    const uint32_t words[2] = {__ldg(p), __ldg(p + 1)};
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+      out[t] = device::zero_operand<T, BITS>(
+          int((words[t / 4] >> (8 * device::zero_slot8(t % 4))) & 255));
+  }
+}
+
+/// The group of slab s of a weight whose slab table is `table`.
+__device__ __forceinline__ int64_t slab_group(const MarlinDevice& w, const int32_t* table,
+                                              int64_t s) {
+  return w.group_slabs ? int32_t(s) / w.group_slabs : int64_t(__ldg(table + s));
+}
+
+/// Sets the kernel's dynamic shared memory limit once per device (a per-launch call costs host
+/// time on every forward).
+template <auto Kernel>
+cudaError_t allow_shared_memory(size_t bytes) {
+  static std::atomic<uint64_t> done[64] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  std::atomic<uint64_t>& slot = done[dev % 64];
+  if (slot.load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
+  e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (e == cudaSuccess) {
+    uint64_t seen = slot.load();
+    while (seen < bytes && !slot.compare_exchange_weak(seen, bytes)) {
+    }
+  }
+  return e;
+}
+
+// Split [0, n) into `parts` near-equal ranges; range `i`.
+__device__ __forceinline__ void split(int64_t n, int parts, int i, int64_t& begin, int64_t& end) {
+  begin = n * i / parts;
+  end = n * (i + 1) / parts;
+}
+
+}  // namespace nibble::cuda::device

@@ -1,0 +1,409 @@
+// The small-M Marlin kernel: memory-bound, so every byte of the weight is read once, straight
+// from HBM into registers (one 16-byte load per lane covers a 16 × 64 slab of a 4-bit weight),
+// dequantized to exact q − z in the MMA type and multiplied on the tensor cores against up to 16
+// activation rows staged in shared memory. Scales are applied to the fp32 accumulators once per
+// group (so no scale is ever rounded to 16 bits), K is split over the 8 warps of a block and
+// over the blocks of a thread-block cluster, whose partial sums meet in distributed shared
+// memory — one launch, no global scratch.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "launch.hpp"
+#include "marlin_lane.cuh"
+#include "mma.cuh"
+
+namespace nibble::cuda {
+
+namespace cg = cooperative_groups;
+using device::Bits16;
+using device::LaneScales;
+using device::load_act;
+using device::load_zeros;
+using device::split;
+using device::store_out;
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16;
+constexpr int kMaxCluster = 8;
+// Shared memory for the staged activations of one window of K (two blocks fit on one SM).
+constexpr int kSmemBudget = 72 * 1024;
+constexpr int kSumBytes = kWarps * kRows * 72 * int(sizeof(float));
+
+template <class A>
+using MmaType = std::conditional_t<std::is_same_v<A, float>, __nv_bfloat16, A>;
+template <class A>
+constexpr int kPlanes = std::is_same_v<A, float> ? 2 : 1;
+
+// A warp's fp32 sums in shared memory: [warp][16 rows][kSumLd], a row padded so that the lanes'
+// (row, column pair) stores of a flush fall on distinct banks.
+constexpr int kSumLd = 72;
+__device__ __forceinline__ int sum_index(int warp, int row, int col) {
+  return (warp * kRows + row) * kSumLd + col;
+}
+
+template <class A, int BITS, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    marlin_stream_kernel(const GemmArgs a, int runs_per_block, int cluster, int window_slabs) {
+  using T = MmaType<A>;
+  constexpr int P = kPlanes<A>;
+  constexpr int kWordsPerLane = BITS / 4;  // uint4 per lane per slab
+  constexpr int kBatch = BITS == 4 ? 4 : 2;
+  extern __shared__ uint4 smem[];
+
+  const int strip = blockIdx.x / cluster, rank = blockIdx.x % cluster;
+  const MarlinDevice& w = a.w;
+  int expert = 0;
+  int64_t row0 = 0;
+  int rows = 0;
+  if (a.items) {
+    if (int64_t(blockIdx.y) >= *a.item_count) return;  // the whole cluster shares blockIdx.y
+    const int4 item = a.items[blockIdx.y];
+    expert = item.x;
+    row0 = item.y;
+    rows = item.z;
+  } else {
+    row0 = int64_t(blockIdx.y) * kRows;
+    rows = int(a.M - row0 < kRows ? a.M - row0 : kRows);
+  }
+  const uint32_t* qweight = w.qweight + expert * w.expert_qweight;
+  const void* scales = static_cast<const char*>(w.scales) +
+                       expert * w.expert_scales * int64_t(dtype_size(w.scale_dtype));
+  const uint32_t* zeros = w.zeros ? w.zeros + expert * w.expert_zeros : nullptr;
+  const int32_t* slab_groups = w.slab_groups + expert * w.expert_slabs;
+  const int32_t* columns = w.columns ? w.columns + expert * w.expert_columns : nullptr;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane % 4;
+  const int R = runs_per_block, KP = kWarps / runs_per_block;
+  const int run = warp % R, kp = warp / R;
+  const int64_t n_run = (int64_t(strip) * R + run) * 64;
+  const bool run_valid = n_run < w.N;
+  int64_t block_begin, block_end;
+  split(w.K / 16, cluster, rank, block_begin, block_end);
+
+  // Shared memory: the warps' fp32 sums, then the staged activations of one window of K.
+  float* sums = reinterpret_cast<float*>(smem);
+  const int64_t ld_smem = int64_t(window_slabs) * 16 + 8;
+  T* sa = reinterpret_cast<T*>(sums + kWarps * kRows * kSumLd);
+  {
+    float4* mine = reinterpret_cast<float4*>(sums + warp * kRows * kSumLd);
+    for (int i = lane; i < kRows * kSumLd / 4; i += 32) mine[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+
+  const int64_t slab_stride = w.N * BITS / 8;  // uint4 per slab row
+  const uint4* q_lane =
+      reinterpret_cast<const uint4*>(qweight) + (n_run / 64) * (8 * BITS) + lane * kWordsPerLane;
+
+  for (int64_t ws = block_begin; ws < block_end; ws += window_slabs) {
+    const int64_t we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
+    const int64_t width = (we - ws) * 16, k0 = ws * 16;
+    __syncthreads();  // the previous window's activations are consumed
+    // Stage x[rows][k0, k0 + width) as P planes of T (f32: hi = bf16(x), lo = bf16(x − hi)).
+    // Rows past `rows` stay unset: an MMA row depends only on its own A row, and those outputs
+    // are never stored.
+    const bool vec = std::is_same_v<A, T> && columns == nullptr && a.ldx % 8 == 0 &&
+                     reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+    for (int r = 0; r < rows; ++r) {
+      const int64_t xr = a.x_by_token ? a.sorted[row0 + r] / a.top_k : row0 + r;
+      const char* xrow =
+          static_cast<const char*>(a.x) + xr * a.ldx * int64_t(dtype_size(a.x_dtype));
+      if (vec) {
+        const uint4* src = reinterpret_cast<const uint4*>(xrow) + k0 / 8;
+        uint4* dst = reinterpret_cast<uint4*>(sa + r * ld_smem);
+        for (int64_t c = threadIdx.x; c < width / 8; c += kThreads) dst[c] = __ldg(src + c);
+      } else {
+        for (int64_t c = threadIdx.x; c < width; c += kThreads) {
+          const int64_t k = columns ? columns[k0 + c] : k0 + c;
+          const float v = load_act(xrow, k, a.x_dtype);
+          if constexpr (P == 2) {
+            const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+            sa[r * ld_smem + c] = hi;
+            sa[kRows * ld_smem + r * ld_smem + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+          } else {
+            sa[r * ld_smem + c] = T(v);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (!run_valid) continue;
+    int64_t s0, s1;
+    split(we - ws, KP, kp, s0, s1);
+    s0 += ws;
+    s1 += ws;
+    if (s0 >= s1) continue;
+
+    float tmp[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
+    int64_t group = device::slab_group(w, slab_groups, s0);
+    LaneScales sc;
+    sc.load(w, scales, group, n_run, tq);
+    uint32_t zop[8];
+    load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
+
+    // sums += tmp · scale, once per group: fp32 partial products times the fp32 scale.
+    auto flush = [&]() {
+      float* mine = sums + warp * kRows * kSumLd;
+      const int g = lane / 4;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const float2 sc2 = sc.get(t);
+        float2* top = reinterpret_cast<float2*>(mine + g * kSumLd + 8 * t + 2 * tq);
+        float2* bottom = reinterpret_cast<float2*>(mine + (g + 8) * kSumLd + 8 * t + 2 * tq);
+        float2 u = *top, v = *bottom;
+        u.x += tmp[t][0] * sc2.x;
+        u.y += tmp[t][1] * sc2.y;
+        v.x += tmp[t][2] * sc2.x;
+        v.y += tmp[t][3] * sc2.y;
+        *top = u;
+        *bottom = v;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
+      }
+    };
+    // Regular groups change every group_slabs slabs; act-order ones are read per slab.
+    int64_t next_change = w.group_slabs ? (group + 1) * w.group_slabs : 0;
+
+    uint4 cur[kBatch][kWordsPerLane], next[kBatch][kWordsPerLane];
+    auto fetch = [&](uint4(&buf)[kBatch][kWordsPerLane], int64_t first) {
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (first + u < s1)
+#pragma unroll
+          for (int v = 0; v < kWordsPerLane; ++v)
+            buf[u][v] = device::load_stream(q_lane + (first + u) * slab_stride + v);
+    };
+    // One slab: A fragments from shared memory, the lane's words dequantized, 8 (P = 2: 16) MMAs.
+    auto compute = [&](const uint4(&words_u)[kWordsPerLane], int64_t s) {
+      uint32_t af[P][4];
+      const int64_t kk = (s - ws) * 16;
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        device::ldmatrix_x4(
+            af[p], sa + p * kRows * ld_smem + (lane % 16) * ld_smem + kk + (lane / 16) * 8);
+      if constexpr (BITS == 4) {
+        const uint32_t words[4] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t b0[2], b1[2];
+          device::dequant4<T>(words[j], zop[2 * j], zop[2 * j + 1], b0, b1);
+#pragma unroll
+          for (int p = 0; p < P; ++p) {
+            device::mma<T>(af[p], b0, tmp[2 * j]);
+            device::mma<T>(af[p], b1, tmp[2 * j + 1]);
+          }
+        }
+      } else {
+        const uint32_t words[8] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w,
+                                   words_u[1].x, words_u[1].y, words_u[1].z, words_u[1].w};
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          uint32_t b[2];
+          device::dequant8<T>(words[t], zop[t], b);
+#pragma unroll
+          for (int p = 0; p < P; ++p) device::mma<T>(af[p], b, tmp[t]);
+        }
+      }
+    };
+    auto change_group = [&](int64_t g) {
+      flush();
+      group = g;
+      next_change += w.group_slabs;
+      sc.load(w, scales, group, n_run, tq);
+      load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
+    };
+
+    fetch(cur, s0);
+    for (int64_t sb = s0; sb < s1; sb += kBatch) {
+      if (sb + kBatch < s1) fetch(next, sb + kBatch);  // in flight while this batch computes
+      // A whole batch inside one regular group runs without per-slab checks (a change at its
+      // first slab is made first; groups of 2 slabs can change again inside the batch).
+      if (w.group_slabs != 0 && sb == next_change) change_group(group + 1);
+      const bool whole = sb + kBatch <= s1 && w.group_slabs != 0 && next_change >= sb + kBatch;
+      if (whole) {
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) compute(cur[u], sb + u);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int64_t s = sb + u;
+          if (s >= s1) break;
+          const int64_t g = w.group_slabs ? (s == next_change ? group + 1 : group)
+                                          : int64_t(__ldg(slab_groups + s));
+          if (g != group) change_group(g);
+          compute(cur[u], s);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+        for (int v = 0; v < kWordsPerLane; ++v) cur[u][v] = next[u][v];
+    }
+    flush();
+  }
+
+  // Reduce: the KP warps of each run into the slot of warp `run`, then the cluster's blocks
+  // through distributed shared memory, each rank finishing a share of the outputs.
+  __syncthreads();
+  const int outputs = R * rows * 64;  // rows past `rows` are never stored
+  for (int e = threadIdx.x; e < outputs; e += kThreads) {
+    const int r = e / (rows * 64), row = (e / 64) % rows, col = e % 64;
+    float v = 0.f;
+    for (int k = 0; k < KP; ++k) v += sums[sum_index(k * R + r, row, col)];
+    sums[sum_index(r, row, col)] = v;  // read above by this thread only
+  }
+  int64_t first = 0, last = outputs;
+  cg::cluster_group cl = cg::this_cluster();
+  if (cluster > 1) {
+    cl.sync();
+    split(outputs, cluster, rank, first, last);
+  } else {
+    __syncthreads();
+  }
+  const bool swiglu = a.epilogue == Epilogue::swiglu;
+  for (int64_t e = first + threadIdx.x; e < last; e += kThreads) {
+    const int r = int(e / (rows * 64)), row = int(e / 64) % rows, col = int(e % 64);
+    const int64_t n = (int64_t(strip) * R + r) * 64 + col;
+    if (n >= w.N || (swiglu && col >= 32)) continue;
+    float v = 0.f, up = 0.f;
+    const int at = sum_index(r, row, col), at_up = swiglu ? sum_index(r, row, col + 32) : 0;
+    for (int q = 0; q < cluster; ++q) {
+      const float* src = cluster > 1 ? cl.map_shared_rank(sums, q) : sums;
+      v += src[at];
+      if (swiglu) up += src[at_up];
+    }
+    const int64_t out_row = a.y_by_pair ? a.sorted[row0 + row] : row0 + row;
+    if (swiglu) {
+      const int64_t i = (int64_t(strip) * R + r) * 32 + col;
+      store_out(a.y, out_row * a.ldy + i, a.y_dtype, v / (1.f + __expf(-v)) * up);
+    } else {
+      if (a.bias) v += a.bias[n];
+      store_out(a.y, out_row * a.ldy + n, a.y_dtype, v);
+    }
+  }
+  if (cluster > 1) cl.sync();  // no block leaves while another reads its shared memory
+}
+
+template <class A, int BITS, int kMinBlocks>
+cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
+  constexpr int P = kPlanes<A>;
+  const int64_t slabs = a.w.K / 16;
+  const int64_t block_slabs = (slabs + c.cluster - 1) / c.cluster;
+  const int64_t fit = (kSmemBudget / (P * kRows * 2) - 8) / 16;
+  const int window = int(std::max<int64_t>(1, std::min(block_slabs, fit)));
+  const size_t smem = size_t(kSumBytes) + size_t(P) * kRows * (size_t(window) * 16 + 8) * 2;
+  auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks>;
+  cudaError_t e = device::allow_shared_memory<marlin_stream_kernel<A, BITS, kMinBlocks>>(smem);
+  if (e != cudaSuccess) return e;
+  const int64_t runs = a.w.N / 64;
+  const int64_t strips = (runs + c.runs_per_block - 1) / c.runs_per_block;
+  const int64_t items = a.items ? a.max_items : (a.M + kRows - 1) / kRows;
+  if (items == 0) return cudaSuccess;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(strips * c.cluster), unsigned(items), 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(c.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = c.cluster > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, a, c.runs_per_block, c.cluster, window);
+}
+
+// Two register budgets: 128 per thread (two blocks per SM, more loads in flight) or 255 (one
+// block, no spills).
+template <class A, int BITS>
+cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
+  return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1>(a, c, stream)
+                              : launch_occupancy<A, BITS, 2>(a, c, stream);
+}
+
+}  // namespace
+
+// The splits measured best on an H200 (docs/cuda.md, "Choosing the split"): one tile of rows
+// wants about one to two blocks per SM, each block over four adjacent runs (their words are
+// contiguous, which DRAM streams best) and K split over a power-of-two cluster; several tiles of
+// rows share the weight through L2 and want one run per block and clusters of two. MoE items are
+// different experts and keep the split they were measured with.
+StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
+  StreamConfig c;
+  const int64_t runs = a.w.N / 64, slabs = a.w.K / 16;
+  const int64_t items = a.items ? std::max<int64_t>(1, a.max_items) : (a.M + kRows - 1) / kRows;
+  c.blocks_per_sm = 2;
+  c.runs_per_block = 1;
+  if (a.items) {
+    const int64_t want =
+        (2 * int64_t(sm_count) + runs * items - 1) / std::max<int64_t>(1, runs * items);
+    const int64_t most = std::max<int64_t>(1, slabs / (2 * kWarps));
+    c.cluster = int(std::clamp<int64_t>(std::min(want, most), 1, kMaxCluster));
+    return c;
+  }
+  if (items == 1) {
+    const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * 7 / 4;
+    for (int R : {4, 2, 1})
+      for (int C : {1, 2, 4, 8}) {
+        const int64_t blocks = (runs + R - 1) / R * C;
+        if (blocks >= low && blocks <= high && slabs * R >= int64_t(C) * kWarps * 2) {
+          c.runs_per_block = R;
+          c.cluster = C;
+          return c;
+        }
+      }
+  }
+  c.cluster = slabs >= 2 * 2 * kWarps ? 2 : 1;
+  return c;
+}
+
+cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
+  constexpr int64_t kMaxItems = 65535;  // gridDim.y
+  if (a.items == nullptr && a.M > kMaxItems * kRows) {
+    for (int64_t m = 0; m < a.M; m += kMaxItems * kRows) {
+      GemmArgs part = a;
+      part.M = a.M - m < kMaxItems * kRows ? a.M - m : kMaxItems * kRows;
+      part.x = static_cast<const char*>(a.x) + m * a.ldx * int64_t(dtype_size(a.x_dtype));
+      part.y = static_cast<char*>(a.y) + m * a.ldy * int64_t(dtype_size(a.y_dtype));
+      const cudaError_t e = launch_marlin_stream(part, c, stream);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+  if (a.items && a.max_items > kMaxItems) return cudaErrorInvalidValue;
+  if (c.runs_per_block == 0 || c.cluster == 0) {
+    int dev = 0, sms = 132;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const StreamConfig chosen = choose_stream_config(a, sms);
+    if (c.runs_per_block == 0) c.runs_per_block = chosen.runs_per_block;
+    if (c.cluster == 0) c.cluster = chosen.cluster;
+  }
+  if (c.runs_per_block != 1 && c.runs_per_block != 2 && c.runs_per_block != 4 &&
+      c.runs_per_block != 8)
+    return cudaErrorInvalidValue;
+  if (c.cluster < 1 || c.cluster > kMaxCluster) return cudaErrorInvalidValue;
+  if (a.w.K % 16 != 0 || a.w.N % 64 != 0) return cudaErrorInvalidValue;
+  const bool four = a.w.bits == 4;
+  if (a.w.bits != 4 && a.w.bits != 8) return cudaErrorInvalidValue;
+  switch (a.x_dtype) {
+    case DType::f16:
+      return four ? launch_typed<__half, 4>(a, c, stream) : launch_typed<__half, 8>(a, c, stream);
+    case DType::bf16:
+      return four ? launch_typed<__nv_bfloat16, 4>(a, c, stream)
+                  : launch_typed<__nv_bfloat16, 8>(a, c, stream);
+    case DType::f32:
+      return four ? launch_typed<float, 4>(a, c, stream) : launch_typed<float, 8>(a, c, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,136 @@
+// The quantized linear kernels: linear_marlin (the Marlin layout; the small-M streaming kernel)
+// wherever Marlin's rules hold, and linear_general (the general layout) for every other valid
+// weight. Both upload at prepare and queue their forward on the call's stream.
+#include <nibble/sdk/portable_kernels.hpp>
+
+#include "cuda_error.hpp"
+#include "general_weight.hpp"
+#include "kernels.hpp"
+#include "marlin_weight.hpp"
+
+namespace nibble::cuda {
+
+namespace {
+
+DType act_dtype(DLDataType t) {
+  if (sdk::same_dtype(t, sdk::dtype_f16())) return DType::f16;
+  if (sdk::same_dtype(t, sdk::dtype_bf16())) return DType::bf16;
+  return DType::f32;
+}
+
+int multiprocessors(int device) {
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute(multiprocessor count)");
+  return sms;
+}
+
+// Bias as fp32 on the device (empty without bias).
+DeviceBuffer bias_on_device(int device, const sdk::QuantWeight& w) {
+  if (!w.has_bias()) return DeviceBuffer();
+  std::vector<float> b(static_cast<size_t>(w.N()));
+  for (int64_t n = 0; n < w.N(); ++n) b[size_t(n)] = w.bias(n);
+  return DeviceBuffer::upload(device, b);
+}
+
+class MarlinLinearPrepared : public sdk::Prepared {
+ public:
+  MarlinLinearPrepared(int device, const sdk::QuantWeight& w, const std::string& what)
+      : device_(device),
+        stack_(device, 1, pack_marlin(w, false, what)),
+        bias_(bias_on_device(device, w)),
+        sms_(multiprocessors(device)) {}
+  size_t bytes() const override { return stack_.bytes() + bias_.bytes(); }
+  void forward(const sdk::ForwardArgs& f, const sdk::Exec& e) const override {
+    DeviceGuard guard(device_);
+    GemmArgs a;
+    a.w = stack_.view();
+    a.x = f.x.data;
+    a.ldx = f.x.stride;
+    a.x_dtype = act_dtype(f.x.dtype);
+    a.y = f.y.data;
+    a.ldy = f.y.stride;
+    a.y_dtype = a.x_dtype;
+    a.bias = bias_.as<const float>();
+    a.M = f.M;
+    const cudaStream_t stream = static_cast<cudaStream_t>(e.stream);
+    check(launch_marlin(a, sms_, stream), std::string(desc().name) + ": linear_marlin launch");
+  }
+
+ private:
+  int device_;
+  MarlinStack stack_;
+  DeviceBuffer bias_;
+  int sms_;
+};
+
+class GeneralLinearPrepared : public sdk::Prepared {
+ public:
+  GeneralLinearPrepared(int device, const sdk::QuantWeight& w)
+      : device_(device), weight_(device, w), bias_(bias_on_device(device, w)) {}
+  size_t bytes() const override { return weight_.bytes() + bias_.bytes(); }
+  void forward(const sdk::ForwardArgs& f, const sdk::Exec& e) const override {
+    DeviceGuard guard(device_);
+    GeneralArgs a;
+    a.w = weight_.view();
+    a.x = f.x.data;
+    a.ldx = f.x.stride;
+    a.x_dtype = act_dtype(f.x.dtype);
+    a.y = f.y.data;
+    a.ldy = f.y.stride;
+    a.bias = bias_.as<const float>();
+    a.M = f.M;
+    check(launch_general(a, static_cast<cudaStream_t>(e.stream)),
+          std::string(desc().name) + ": linear_general launch");
+  }
+
+ private:
+  int device_;
+  GeneralWeight weight_;
+  DeviceBuffer bias_;
+};
+
+class MarlinLinear : public sdk::Kernel {
+ public:
+  sdk::KernelInfo info() const override {
+    return kernel_info("linear_marlin", NIBBLE_OP_LINEAR, kMarlinPriority, NIBBLE_MODE_W4A16);
+  }
+  std::string why_not(const nibble_layer_desc& d) const override {
+    if (d.op != NIBBLE_OP_LINEAR) return "linear_marlin computes quantized linear layers only";
+    std::string why = why_not_quantized(d);
+    if (!why.empty()) return why;
+    return sdk::marlin::why_not(d.K, d.N, d.group_size, d.has_g_idx != 0, d.symmetric != 0, d.bits,
+                                sdk::max_zero(d), sdk::portable::layer_name(d));
+  }
+  std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
+                                         const nibble_weight_input& in) const override {
+    const std::string what = sdk::portable::layer_name(d);
+    sdk::QuantWeight w(*in.quantized, what);
+    sdk::portable::require_shape(d, w.N(), w.K());
+    return std::make_unique<MarlinLinearPrepared>(sdk::layer_device(d).device_id, w, what);
+  }
+};
+
+class GeneralLinear : public sdk::Kernel {
+ public:
+  sdk::KernelInfo info() const override {
+    return kernel_info("linear_general", NIBBLE_OP_LINEAR, kGeneralPriority, NIBBLE_MODE_W4A16);
+  }
+  std::string why_not(const nibble_layer_desc& d) const override {
+    if (d.op != NIBBLE_OP_LINEAR) return "linear_general computes quantized linear layers only";
+    return why_not_quantized(d);
+  }
+  std::unique_ptr<sdk::Prepared> prepare(const nibble_layer_desc& d,
+                                         const nibble_weight_input& in) const override {
+    sdk::QuantWeight w(*in.quantized, sdk::portable::layer_name(d));
+    sdk::portable::require_shape(d, w.N(), w.K());
+    return std::make_unique<GeneralLinearPrepared>(sdk::layer_device(d).device_id, w);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<sdk::Kernel> make_marlin_linear() { return std::make_unique<MarlinLinear>(); }
+std::unique_ptr<sdk::Kernel> make_general_linear() { return std::make_unique<GeneralLinear>(); }
+
+}  // namespace nibble::cuda

@@ -1,0 +1,225 @@
+// The CUDA kernels launched directly (no plugin glue): the Marlin small-M kernel in every split
+// configuration and the general kernel, against the float64 reference on random weights and
+// activations, outputs prefilled with NaN. Skipped, with the probe's reason, without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+#include "general_weight.hpp"
+#include "marlin_weight.hpp"
+
+namespace nibble::test {
+namespace {
+
+struct LinearCase {
+  QuantSpec spec;
+  int64_t M = 1;
+  DLDataType act = sdk::dtype_bf16();
+  cuda::StreamConfig config{};
+  std::string label() const {
+    return "K" + std::to_string(spec.K) + " N" + std::to_string(spec.N) + " " +
+           std::to_string(spec.bits) + "-bit g" + std::to_string(spec.group_size) +
+           (spec.symmetric ? " sym" : " asym") + (spec.act_order ? " act-order" : "") +
+           (spec.v1_zero16 ? " zero16" : "") + " scales " + sdk::dtype_name(spec.scales_dtype) +
+           " x " + sdk::dtype_name(act) + " M" + std::to_string(M) + " R" +
+           std::to_string(config.runs_per_block) + " C" + std::to_string(config.cluster) + " B" +
+           std::to_string(config.blocks_per_sm);
+  }
+};
+
+// Runs `launch(x, y)` for a case and checks y against the float64 reference.
+template <class Launch>
+void check_linear(const LinearCase& c, const CanonicalWeight& w, const Launch& launch) {
+  const Activations x = random_activations(c.M, c.spec.K, c.act, c.spec.seed + 7);
+  DeviceArray dx(x.bytes);
+  std::vector<uint8_t> y_host(size_t(c.M * c.spec.N) * sdk::dtype_bytes(c.act));
+  poison(y_host, c.act);
+  DeviceArray dy(y_host);
+  launch(dx.get(), dy.get());
+  cuda_ok(cudaGetLastError(), "launch");
+  cuda_ok(cudaDeviceSynchronize(), "kernel");
+  size_t non_finite = 0;
+  const std::vector<double> y =
+      read_output(dy.download(), c.act, y_host.size() / sdk::dtype_bytes(c.act), &non_finite);
+  EXPECT_EQ(non_finite, 0u) << c.label() << ": outputs left unwritten or not finite";
+  const double err = relative_error(y, reference_linear(w, x.values, c.M));
+  EXPECT_LE(err, bound_for(c.act)) << c.label();
+  ::testing::Test::RecordProperty(c.label(), std::to_string(err));
+  std::printf("  %-90s rel err %.3g\n", c.label().c_str(), err);
+}
+
+void run_marlin(const LinearCase& c) {
+  const CanonicalWeight w = random_weight(c.spec);
+  const nibble_canonical_weight cw = w.view();
+  const cuda::MarlinHost host = cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w");
+  const cuda::MarlinStack stack(0, 1, host);
+  const std::vector<float> bias = bias_f32(w);
+  DeviceArray dbias(bias);
+  check_linear(c, w, [&](void* x, void* y) {
+    cuda::GemmArgs a;
+    a.w = stack.view();
+    a.x = x;
+    a.ldx = c.spec.K;
+    a.x_dtype = dtype_of(c.act);
+    a.y = y;
+    a.ldy = c.spec.N;
+    a.y_dtype = dtype_of(c.act);
+    a.bias = bias.empty() ? nullptr : dbias.as<float>();
+    a.M = c.M;
+    cuda_ok(cuda::launch_marlin_stream(a, c.config, nullptr), "launch_marlin_stream");
+  });
+}
+
+// The tiled kernel; config.cluster picks its split of K (0: its own choice).
+void run_tiled(const LinearCase& c) {
+  const CanonicalWeight w = random_weight(c.spec);
+  const nibble_canonical_weight cw = w.view();
+  const cuda::MarlinHost host = cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w");
+  const cuda::MarlinStack stack(0, 1, host);
+  const std::vector<float> bias = bias_f32(w);
+  DeviceArray dbias(bias);
+  check_linear(c, w, [&](void* x, void* y) {
+    cuda::GemmArgs a;
+    a.w = stack.view();
+    a.x = x;
+    a.ldx = c.spec.K;
+    a.x_dtype = dtype_of(c.act);
+    a.y = y;
+    a.ldy = c.spec.N;
+    a.y_dtype = dtype_of(c.act);
+    a.bias = bias.empty() ? nullptr : dbias.as<float>();
+    a.M = c.M;
+    ASSERT_TRUE(cuda::tiled_takes(a));
+    const int cluster = c.config.cluster ? c.config.cluster : cuda::choose_tiled_cluster(a, 132);
+    cuda_ok(cuda::launch_marlin_tiled(a, cluster, nullptr), "launch_marlin_tiled");
+  });
+}
+
+void run_general(const LinearCase& c) {
+  const CanonicalWeight w = random_weight(c.spec);
+  const nibble_canonical_weight cw = w.view();
+  const cuda::GeneralWeight gw(0, sdk::QuantWeight(cw, "w"));
+  const std::vector<float> bias = bias_f32(w);
+  DeviceArray dbias(bias);
+  check_linear(c, w, [&](void* x, void* y) {
+    cuda::GeneralArgs a;
+    a.w = gw.view();
+    a.x = x;
+    a.ldx = c.spec.K;
+    a.x_dtype = dtype_of(c.act);
+    a.y = y;
+    a.ldy = c.spec.N;
+    a.bias = bias.empty() ? nullptr : dbias.as<float>();
+    a.M = c.M;
+    cuda_ok(cuda::launch_general(a, nullptr), "launch_general");
+  });
+}
+
+QuantSpec spec(int64_t K, int64_t N, int bits, int gs, bool sym, bool act_order = false,
+               DLDataType scales = sdk::dtype_f16(), uint32_t seed = 1) {
+  QuantSpec s;
+  s.K = K;
+  s.N = N;
+  s.bits = bits;
+  s.group_size = gs;
+  s.symmetric = sym;
+  s.act_order = act_order;
+  s.bias = seed % 2 == 1;
+  s.scales_dtype = scales;
+  s.seed = seed;
+  return s;
+}
+
+TEST(CudaMarlinStream, RowsDtypesAndGroupings) {
+  NIBBLE_REQUIRE_GPU();
+  const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
+  for (int64_t M : {1, 3, 16, 64, 300})
+    run_marlin({spec(512, 256, 4, 128, true, false, f16, 1), M, bf16});
+  for (DLDataType act : {bf16, f16, f32}) {
+    run_marlin({spec(512, 192, 4, 128, false, false, f16, 2), 3, act});  // AWQ-style zeros
+    run_marlin({spec(384, 128, 4, -1, true, false, bf16, 3), 16, act});  // per channel
+    run_marlin({spec(384, 128, 4, -1, false, false, f32, 4), 5, act});   // per channel, zeros
+    run_marlin({spec(256, 64, 4, 32, false, false, f16, 5), 7, act});
+    run_marlin({spec(512, 128, 4, 64, true, false, bf16, 6), 16, act});
+    run_marlin({spec(1024, 128, 4, 128, true, true, f16, 7), 9, act});  // act-order
+    run_marlin({spec(512, 128, 8, 128, true, false, f16, 8), 4, act});  // uint8b128
+    run_marlin({spec(512, 128, 8, -1, false, false, f16, 9), 2, act});  // uint8 zeros
+    run_marlin({spec(256, 64, 8, 32, false, false, bf16, 10), 17, act});
+    run_marlin({spec(512, 128, 8, 64, true, true, f32, 11), 3, act});  // 8-bit act-order
+  }
+}
+
+TEST(CudaMarlinStream, EverySplitConfiguration) {
+  NIBBLE_REQUIRE_GPU();
+  for (int B : {2, 1})
+    for (int R : {1, 2, 4, 8})
+      for (int C : {1, 2, 3, 8}) {
+        run_marlin({spec(1024, 512, 4, 128, false, false, sdk::dtype_f16(), 21),
+                    5,
+                    sdk::dtype_bf16(),
+                    {R, C, B}});
+        run_marlin({spec(1024, 320, 8, 64, true, false, sdk::dtype_bf16(), 22),
+                    16,
+                    sdk::dtype_f16(),
+                    {R, C, B}});
+      }
+  // Act-order groups (read per slab) and f32 activations under both register budgets.
+  for (int B : {2, 1}) {
+    run_marlin(
+        {spec(1024, 128, 4, 64, true, true, sdk::dtype_f16(), 23), 3, sdk::dtype_f32(), {1, 3, B}});
+    run_marlin({spec(2048, 192, 4, 32, false, false, sdk::dtype_bf16(), 24),
+                11,
+                sdk::dtype_bf16(),
+                {2, 4, B}});
+  }
+}
+
+TEST(CudaMarlinStream, WindowsOfK) {
+  NIBBLE_REQUIRE_GPU();
+  // One block per strip: K is staged in several windows of shared memory.
+  run_marlin(
+      {spec(4096, 256, 4, 128, true, false, sdk::dtype_f16(), 31), 16, sdk::dtype_bf16(), {1, 1}});
+  run_marlin(
+      {spec(4096, 128, 4, 128, false, false, sdk::dtype_f16(), 32), 3, sdk::dtype_f32(), {1, 1}});
+  run_marlin({spec(4096, 4096, 4, 128, true, false, sdk::dtype_f16(), 33), 16, sdk::dtype_bf16()});
+}
+
+TEST(CudaMarlinTiled, RowsDtypesGroupingsAndSplits) {
+  NIBBLE_REQUIRE_GPU();
+  const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
+  for (int64_t M : {1, 65, 128, 300, 1024})
+    run_tiled({spec(1024, 256, 4, 128, true, false, f16, 51), M, bf16});
+  for (DLDataType act : {bf16, f16}) {
+    run_tiled({spec(512, 192, 4, 128, false, false, f16, 52), 130, act});  // N % 128 == 64
+    run_tiled({spec(384, 128, 4, -1, true, false, bf16, 53), 77, act});
+    run_tiled({spec(384, 256, 4, -1, false, false, f32, 54), 200, act});
+    run_tiled({spec(256, 128, 4, 32, false, false, f16, 55), 129, act});
+    run_tiled({spec(512, 128, 8, 128, true, false, f16, 56), 140, act});
+    run_tiled({spec(512, 128, 8, 64, false, false, bf16, 57), 257, act});
+  }
+  for (int C : {1, 2, 3, 4}) {
+    run_tiled({spec(2048, 384, 4, 128, false, false, f16, 58), 150, bf16, {1, C}});
+    run_tiled({spec(1024, 128, 8, -1, true, false, bf16, 59), 64, f16, {1, C}});
+  }
+}
+
+TEST(CudaGeneral, AnyGroupingZeroAndWidth) {
+  NIBBLE_REQUIRE_GPU();
+  const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
+  for (DLDataType act : {bf16, f16, f32}) {
+    run_general({spec(300, 37, 4, 48, false, false, f16, 41), 3, act});    // odd group, K, N
+    run_general({spec(512, 96, 4, 128, false, true, bf16, 42), 16, act});  // act-order + zeros
+    run_general({spec(200, 64, 8, 40, false, true, f32, 43), 5, act});     // 8-bit act-order
+    run_general({spec(256, 33, 8, -1, true, false, f16, 44), 1, act});
+    QuantSpec v1 = spec(256, 64, 4, 64, false, false, f16, 45);
+    v1.v1_zero16 = true;  // GPTQ v1: zero points 1..16
+    run_general({v1, 9, act});
+  }
+  for (int64_t M : {1, 16, 64, 300})
+    run_general({spec(1000, 130, 4, 100, false, true, f16, 46), M, bf16});
+}
+
+}  // namespace
+}  // namespace nibble::test
