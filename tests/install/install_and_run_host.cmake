@@ -17,7 +17,8 @@ set(expected
   ${INCLUDEDIR}/nibble/export.hpp ${INCLUDEDIR}/nibble/runtime.hpp ${INCLUDEDIR}/nibble/sdk/plugin.h
   ${LIBDIR}/libnibble.so.${HOST_API_MAJOR} ${LIBDIR}/libnibble.so.${HOST_API_VERSION}
   ${LIBDIR}/cmake/nibble/nibbleConfig.cmake ${LIBDIR}/cmake/nibble/nibbleCoreTargets.cmake)
-foreach(p ${plugins})
+string(REPLACE "," ";" device_plugins "${DEVICE_PLUGINS}")
+foreach(p ${plugins} ${device_plugins})
   list(APPEND expected ${PLUGIN_DIR}/libnibble_${p}.so)
 endforeach()
 foreach(f ${expected})
@@ -28,9 +29,10 @@ endforeach()
 # The plugin directory holds the product's plugins and no test plugin.
 file(GLOB installed RELATIVE ${prefix}/${PLUGIN_DIR} ${prefix}/${PLUGIN_DIR}/*)
 list(LENGTH installed n_installed)
-list(LENGTH plugins n_plugins)
+set(all_plugins ${plugins} ${device_plugins})
+list(LENGTH all_plugins n_plugins)
 if(NOT n_installed EQUAL n_plugins)
-  message(FATAL_ERROR "the install's plugin directory holds ${installed}, expected ${plugins}")
+  message(FATAL_ERROR "the install's plugin directory holds ${installed}, expected ${all_plugins}")
 endif()
 
 # libnibble exports its host API only: nothing of its internals (nibble::detail, the prepared
