@@ -7,7 +7,9 @@
 #include <nibble/runtime.hpp>
 
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
+#include <filesystem>
 #include <optional>
 
 #include "bindings.hpp"
@@ -21,16 +23,18 @@ namespace {
 constexpr int kMaxThreads = 4096;
 
 RuntimeOptions resolve_options(const std::optional<std::string>& backend,
-                               const std::vector<std::string>& plugin_dirs,
+                               const std::vector<std::filesystem::path>& plugin_dirs,
                                std::optional<int> threads, const std::optional<std::string>& mode,
-                               const std::optional<std::string>& config,
+                               const std::optional<std::filesystem::path>& config,
                                const std::optional<std::vector<std::string>>& plugins,
                                bool use_default_plugin_dir, bool allow_unsafe_plugin_dirs) {
   RuntimeOptions o;
-  if (config) apply_config_file(o, *config);
+  if (config) apply_config_file(o, config->string());
   apply_environment(o);
   // The caller's directories come before the environment's (both before the default one).
-  o.plugin_dirs.insert(o.plugin_dirs.begin(), plugin_dirs.begin(), plugin_dirs.end());
+  std::vector<std::string> dirs;
+  for (const auto& d : plugin_dirs) dirs.push_back(d.string());
+  o.plugin_dirs.insert(o.plugin_dirs.begin(), dirs.begin(), dirs.end());
   if (backend) {
     parse_backend_list(*backend, "backend");
     o.backend = *backend;
@@ -56,9 +60,9 @@ void bind_runtime(py::module_& m) {
       "Loads the backend plugins once and builds layers on them. A bad plugin is "
       "reported in backends()['files'], never raised.");
   runtime
-      .def(py::init([](std::optional<std::string> backend, std::vector<std::string> plugin_dirs,
-                       std::optional<int> threads, std::optional<std::string> mode,
-                       std::optional<std::string> config,
+      .def(py::init([](std::optional<std::string> backend,
+                       std::vector<std::filesystem::path> plugin_dirs, std::optional<int> threads,
+                       std::optional<std::string> mode, std::optional<std::filesystem::path> config,
                        std::optional<std::vector<std::string>> plugins, bool use_default_plugin_dir,
                        bool allow_unsafe_plugin_dirs) {
              RuntimeOptions o =
@@ -67,7 +71,8 @@ void bind_runtime(py::module_& m) {
              py::gil_scoped_release nogil;
              return std::make_unique<Runtime>(std::move(o));
            }),
-           py::arg("backend") = py::none(), py::arg("plugin_dirs") = std::vector<std::string>{},
+           py::arg("backend") = py::none(),
+           py::arg("plugin_dirs") = std::vector<std::filesystem::path>{},
            py::arg("threads") = py::none(), py::arg("mode") = py::none(), py::kw_only(),
            py::arg("config") = py::none(), py::arg("plugins") = py::none(),
            py::arg("use_default_plugin_dir") = true, py::arg("allow_unsafe_plugin_dirs") = false,

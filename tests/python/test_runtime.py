@@ -29,6 +29,13 @@ def test_backends_lists_kernels_with_bounds():
             assert set(k["error_bound"]) == {"f32", "f16", "bf16"}
 
 
+def test_paths_may_be_path_objects():
+    import pathlib
+
+    rt = nibble.Runtime(plugin_dirs=[pathlib.Path(PLUGIN_DIR)], use_default_plugin_dir=False)
+    assert any(b["available"] for b in rt.backends()["backends"])
+
+
 def test_options_resolve_as_the_cli_does(monkeypatch):
     rt = make_runtime(backend="npu_ref", threads=3, mode="w4a8")
     assert (rt.backend, rt.threads, rt.mode) == ("npu_ref", 3, "w4a8")
