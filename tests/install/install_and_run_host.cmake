@@ -2,7 +2,7 @@
 # and build tests/install/host against it with find_package(nibble) and run it on the GPTQ
 # fixture with the installed plugins. Called by ctest with BUILD_DIR, SOURCE_DIR, WORK_DIR,
 # LIBDIR, INCLUDEDIR, PLUGIN_DIR (install-relative), HOST_API_VERSION, HOST_API_MAJOR, PLUGINS
-# (comma-separated), NM, and SANITIZE (the build's sanitizers, which the host must be built with).
+# (comma-separated, run on the fixture), DEVICE_PLUGINS (installed, not run), NM, and SANITIZE (the build's sanitizers, which the host must be built with).
 include(${CMAKE_CURRENT_LIST_DIR}/../support/build_against_install.cmake)
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -17,7 +17,8 @@ set(expected
   ${INCLUDEDIR}/nibble/export.hpp ${INCLUDEDIR}/nibble/runtime.hpp ${INCLUDEDIR}/nibble/sdk/plugin.h
   ${LIBDIR}/libnibble.so.${HOST_API_MAJOR} ${LIBDIR}/libnibble.so.${HOST_API_VERSION}
   ${LIBDIR}/cmake/nibble/nibbleConfig.cmake ${LIBDIR}/cmake/nibble/nibbleCoreTargets.cmake)
-foreach(p ${plugins})
+string(REPLACE "," ";" device_plugins "${DEVICE_PLUGINS}")
+foreach(p ${plugins} ${device_plugins})
   list(APPEND expected ${PLUGIN_DIR}/libnibble_${p}.so)
 endforeach()
 foreach(f ${expected})
@@ -29,8 +30,10 @@ endforeach()
 file(GLOB installed RELATIVE ${prefix}/${PLUGIN_DIR} ${prefix}/${PLUGIN_DIR}/*)
 list(LENGTH installed n_installed)
 list(LENGTH plugins n_plugins)
+list(LENGTH device_plugins n_device_plugins)
+math(EXPR n_plugins "${n_plugins} + ${n_device_plugins}")
 if(NOT n_installed EQUAL n_plugins)
-  message(FATAL_ERROR "the install's plugin directory holds ${installed}, expected ${plugins}")
+  message(FATAL_ERROR "the install's plugin directory holds ${installed}, expected ${plugins} ${device_plugins}")
 endif()
 
 # libnibble exports its host API only: nothing of its internals (nibble::detail, the prepared
