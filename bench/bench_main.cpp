@@ -105,10 +105,17 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
       for (int64_t M : o.rows) {
         const bool with_ref = ref_kernel && M <= o.baseline_max_m;
         size_t cr = 0;
-        const std::vector<uint16_t> x = random_bf16(M * K, uint32_t(M));
+        std::vector<uint16_t> x = random_bf16(M * K, uint32_t(M));
         std::vector<uint16_t> y(size_t(M * N)), yd(size_t(M * N));
+        // x and y where the plugin's layers run (its device, for a device plugin); a call is timed
+        // until its work is done.
+        const LayerMemory xm(plugin, x.data(), x.size() * 2), ym(plugin, y.data(), y.size() * 2);
+        auto run_layer = [&](size_t i) {
+          layers[i]->forward(xm.as<uint16_t>(), ym.as<uint16_t>(), M, K, N, threads, ws);
+          plugin.synchronize();
+        };
         size_t ck = 0, cd = 0;
-        layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, threads, ws);  // warm-up
+        run_layer(ck++ % copies);  // warm-up
         if (dense) dense->run(int(cd++), x.data(), yd.data(), M);
         std::vector<uint16_t> yr(size_t(M * N));
         if (with_ref)
@@ -117,8 +124,7 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         std::vector<double> tk, td, ratio, tr, ratio_ref;
         LimitSamples limits;
         interleaved_rounds(o, threads, bandwidth, amx, mode, limits, [&] {
-          const double a = seconds_of(
-              [&] { layers[ck++ % copies]->forward(x.data(), y.data(), M, K, N, threads, ws); });
+          const double a = seconds_of([&] { run_layer(ck++ % copies); });
           tk.push_back(a);
           if (dense) {
             const double b = seconds_of([&] { dense->run(int(cd++), x.data(), yd.data(), M); });
@@ -136,10 +142,8 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         });
         std::vector<double> warm;
         if (o.warm) {
-          layers[0]->forward(x.data(), y.data(), M, K, N, threads, ws);
-          for (int r = 0; r < 5; ++r)
-            warm.push_back(
-                seconds_of([&] { layers[0]->forward(x.data(), y.data(), M, K, N, threads, ws); }));
+          run_layer(0);
+          for (int r = 0; r < 5; ++r) warm.push_back(seconds_of([&] { run_layer(0); }));
         }
         const Stats sk = stats(tk), sd = stats(td), sr = stats(ratio),
                     sbw = stats(limits.bandwidth), sp = stats(limits.peak), sw = stats(warm);

@@ -14,6 +14,7 @@
 #include "report.hpp"
 
 #include <nibble/parse_number.hpp>
+#include <nibble/sdk/device.hpp>
 #include <nibble/sdk/numeric.hpp>
 
 #include <algorithm>
@@ -335,6 +336,11 @@ int run_moe(const Options& o) {
   for (const auto& n : o.moe) shapes.emplace_back(n, shape_named(n));
   // Packing uses the plugin's thread budget: the most threads of the run.
   Plugin plugin(o.plugin_dir, o.backend, o.threads.back());
+  // The MoE variants route on the host and loop experts over host buffers between calls.
+  if (plugin.device())
+    throw std::runtime_error("the MoE bench times layers in host memory; " + o.backend +
+                             "'s layers run on " + sdk::device_name(plugin.device().dl_device()) +
+                             " (the linear bench times those)");
   const size_t l3 = l3_bytes();
   const size_t cold = cold_bytes_of(o, l3);
   const bool amx = amx_usable();

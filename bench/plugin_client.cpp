@@ -40,26 +40,44 @@ std::vector<float> dequantized(const CanonicalWeight& w) {
   return d;
 }
 
-nibble_layer_desc linear_desc(const CanonicalWeight& w, int mode) {
-  return sdk::host::linear_desc(w.view(), "bench.linear", mode, NIBBLE_DTYPE_BF16);
+nibble_layer_desc linear_desc(const CanonicalWeight& w, int mode, DLDevice device) {
+  nibble_layer_desc d = sdk::host::linear_desc(w.view(), "bench.linear", mode, NIBBLE_DTYPE_BF16);
+  sdk::host::set_layer_device(d, device);
+  return d;
 }
 
 nibble_layer_desc moe_desc(const MoeShape& s, const CanonicalWeight& w13, const CanonicalWeight& w2,
-                           int mode) {
+                           int mode, DLDevice device) {
   // Every expert is the same two weights, so the descriptor may speak for all of them.
-  return sdk::host::moe_desc(
+  nibble_layer_desc d = sdk::host::moe_desc(
       s, std::vector<nibble_canonical_weight>(size_t(s.num_experts), w13.view()),
       std::vector<nibble_canonical_weight>(size_t(s.num_experts), w2.view()), "bench.moe", mode,
       NIBBLE_DTYPE_BF16);
+  sdk::host::set_layer_device(d, device);
+  return d;
+}
+
+LayerMemory::LayerMemory(const Plugin& plugin, void* host, size_t bytes)
+    : plugin_(plugin), host_(host), bytes_(bytes) {
+  if (!plugin.device() || bytes == 0) return;
+  on_device_ = plugin.device().alloc(bytes);
+  on_device_.upload(host, bytes, nullptr);
+  plugin.synchronize(nullptr);
+}
+
+void LayerMemory::read_back() const {
+  if (!on_device_.get()) return;
+  on_device_.download(host_, bytes_, nullptr);
+  plugin_.synchronize(nullptr);
 }
 
 namespace {
 
-// One forward call of M rows with bf16 activations.
+// One forward call of M rows with bf16 activations, queued on `stream` on a device.
 void forward_bf16(const sdk::host::Prepared& p, const nibble_forward_args& a, int64_t M,
-                  int threads, sdk::host::Workspace& workspace) {
+                  int threads, sdk::host::Workspace& workspace, void* stream) {
   try {
-    p.forward(a, M, threads, workspace);
+    p.forward(a, M, threads, workspace, stream);
   } catch (const sdk::host::CallError& e) {
     throw std::runtime_error(std::string(p.kernel()->name) + " " + e.what());
   }
@@ -74,10 +92,25 @@ sdk::host::Prepared prepare_or_throw(const nibble_kernel* k, const nibble_layer_
   }
 }
 
+// Device 0 of `p`'s device memory when one of its kernels runs there and the machine has one.
+sdk::host::Device layer_device(const sdk::host::LoadedPlugin& p) {
+#if NIBBLE_ABI_MINOR >= 3
+  const sdk::host::Device device = p.device(0);
+  if (!device) return {};
+  for (const nibble_kernel* k : p.kernels())
+    if (sdk::host::kernel_device_type(k) == device.dl_device().device_type)
+      return device.count() > 0 ? device : sdk::host::Device();
+#else
+  (void)p;
+#endif
+  return {};
+}
+
 }  // namespace
 
 Plugin::Plugin(const std::string& dir, const std::string& name, int threads)
-    : plugin_(sdk::host::LoadedPlugin::load(dir + "/libnibble_" + name + ".so", threads)) {}
+    : plugin_(sdk::host::LoadedPlugin::load(dir + "/libnibble_" + name + ".so", threads)),
+      device_(layer_device(plugin_)) {}
 
 std::string Plugin::probe_detail() const {
   try {
@@ -92,6 +125,8 @@ const nibble_kernel* Plugin::best_kernel(const nibble_layer_desc& d, std::string
   const nibble_kernel* best = nullptr;
   for (const nibble_kernel* k : plugin_.kernels()) {
     if (k->op != d.op || k->numeric_mode != d.numeric_mode) continue;
+    // Layers go where the plugin's device is: its other kernels are not candidates.
+    if (sdk::host::kernel_device_type(k) != device_.dl_device().device_type) continue;
     std::string reason;
     if (!sdk::host::can_implement(k, d, &reason)) {
       if (why) *why += std::string(k->name) + ": " + reason + "; ";
@@ -104,20 +139,22 @@ const nibble_kernel* Plugin::best_kernel(const nibble_layer_desc& d, std::string
 
 const nibble_kernel* Plugin::linear_kernel(const CanonicalWeight& w, int mode,
                                            std::string* why) const {
-  return best_kernel(linear_desc(w, mode), why);
+  return best_kernel(linear_desc(w, mode, device_.dl_device()), why);
 }
 
 std::unique_ptr<PreparedLinear> Plugin::prepare(const nibble_kernel* k, const CanonicalWeight& w,
                                                 int mode) const {
   const nibble_canonical_weight view = w.view();
   return std::make_unique<PreparedLinear>(
-      prepare_or_throw(k, linear_desc(w, mode), sdk::host::quantized_input(view)));
+      prepare_or_throw(k, linear_desc(w, mode, device_.dl_device()),
+                       sdk::host::quantized_input(view)),
+      device_.dl_device());
 }
 
 const nibble_kernel* Plugin::moe_kernel(const MoeShape& s, const CanonicalWeight& w13,
                                         const CanonicalWeight& w2, int mode,
                                         std::string* why) const {
-  return best_kernel(moe_desc(s, w13, w2, mode), why);
+  return best_kernel(moe_desc(s, w13, w2, mode, device_.dl_device()), why);
 }
 
 std::unique_ptr<PreparedMoe> Plugin::prepare_moe(const nibble_kernel* k, const MoeShape& s,
@@ -127,26 +164,28 @@ std::unique_ptr<PreparedMoe> Plugin::prepare_moe(const nibble_kernel* k, const M
       std::vector<nibble_canonical_weight>(size_t(s.num_experts), w13.view()),
       std::vector<nibble_canonical_weight>(size_t(s.num_experts), w2.view()));
   return std::make_unique<PreparedMoe>(
-      prepare_or_throw(k, moe_desc(s, w13, w2, mode), sdk::host::experts_input(experts.source())));
+      prepare_or_throw(k, moe_desc(s, w13, w2, mode, device_.dl_device()),
+                       sdk::host::experts_input(experts.source())),
+      device_.dl_device());
 }
 
 void PreparedMoe::forward(const uint16_t* x, const int32_t* ids, const float* weights, uint16_t* y,
                           int64_t M, int64_t K, int64_t top_k, int threads,
-                          sdk::host::Workspace& workspace) const {
+                          sdk::host::Workspace& workspace, void* stream) const {
   int64_t xs[2] = {M, K}, rs[2] = {M, top_k};
-  const DLTensor xt = sdk::host::matrix_view(x, sdk::dtype_bf16(), xs);
-  DLTensor yt = sdk::host::matrix_view(y, sdk::dtype_bf16(), xs);
-  const DLTensor it = sdk::host::matrix_view(ids, sdk::dtype_i32(), rs);
-  const DLTensor wt = sdk::host::matrix_view(weights, sdk::dtype_f32(), rs);
-  forward_bf16(p_, sdk::host::forward_args(xt, yt, &it, &wt), M, threads, workspace);
+  const DLTensor xt = sdk::host::matrix_view(x, sdk::dtype_bf16(), xs, device_);
+  DLTensor yt = sdk::host::matrix_view(y, sdk::dtype_bf16(), xs, device_);
+  const DLTensor it = sdk::host::matrix_view(ids, sdk::dtype_i32(), rs, device_);
+  const DLTensor wt = sdk::host::matrix_view(weights, sdk::dtype_f32(), rs, device_);
+  forward_bf16(p_, sdk::host::forward_args(xt, yt, &it, &wt), M, threads, workspace, stream);
 }
 
 void PreparedLinear::forward(const uint16_t* x, uint16_t* y, int64_t M, int64_t K, int64_t N,
-                             int threads, sdk::host::Workspace& workspace) const {
+                             int threads, sdk::host::Workspace& workspace, void* stream) const {
   int64_t xs[2] = {M, K}, ys[2] = {M, N};
-  const DLTensor xt = sdk::host::matrix_view(x, sdk::dtype_bf16(), xs);
-  DLTensor yt = sdk::host::matrix_view(y, sdk::dtype_bf16(), ys);
-  forward_bf16(p_, sdk::host::forward_args(xt, yt), M, threads, workspace);
+  const DLTensor xt = sdk::host::matrix_view(x, sdk::dtype_bf16(), xs, device_);
+  DLTensor yt = sdk::host::matrix_view(y, sdk::dtype_bf16(), ys, device_);
+  forward_bf16(p_, sdk::host::forward_args(xt, yt), M, threads, workspace, stream);
 }
 
 }  // namespace nibble::bench

@@ -45,6 +45,8 @@ CommonFlags take_common_flags(std::vector<std::string>& args) {
       f.plugin_dirs.push_back(value("--plugin-dir"));
     else if (is("--backend"))
       f.backend = value("--backend");
+    else if (is("--device"))
+      f.device = value("--device");
     else if (is("--threads"))
       f.threads = value("--threads");
     else if (is("--mode"))
@@ -69,6 +71,10 @@ RuntimeOptions resolve_options(const CommonFlags& f) {
   // Flag directories come before the environment's (both before the default directory).
   o.plugin_dirs.insert(o.plugin_dirs.begin(), f.plugin_dirs.begin(), f.plugin_dirs.end());
   if (!f.backend.empty()) o.backend = f.backend;
+  if (!f.device.empty()) {
+    parse_device(f.device, "--device");
+    o.device = f.device;
+  }
   if (!f.threads.empty()) o.threads = int(parse_integer(f.threads, 0, kMaxThreads, "--threads"));
   if (!f.mode.empty()) o.mode = parse_mode(f.mode, "--mode");
   if (f.no_default_plugin_dir) o.use_default_plugin_dir = false;
@@ -80,6 +86,8 @@ const char* common_flags_help() {
   return "Runtime flags (every command):\n"
          "  --plugin-dir DIR       load plugins from DIR (repeatable; also NIBBLE_PLUGIN_PATH)\n"
          "  --backend NAME         auto | a backend name | a fallback list a,b,* (NIBBLE_BACKEND)\n"
+         "  --device DEV           cpu | cuda | cuda:1 | ...: where layers run; default: the\n"
+         "                         device of a lone device backend, else cpu (NIBBLE_DEVICE)\n"
          "  --threads N            threads per layer, 0..4096, 0 = all (NIBBLE_THREADS)\n"
          "  --mode w4a16|w4a8      numeric mode of quantized layers (NIBBLE_MODE)\n"
          "  --config FILE          JSON runtime config (NIBBLE_CONFIG)\n"

@@ -1,5 +1,6 @@
-// Flags every nibble command accepts (--plugin-dir, --backend, --threads, --mode, --config) and
-// the runtime options they resolve to: flag over environment over config file over defaults.
+// Flags every nibble command accepts (--plugin-dir, --backend, --device, --threads, --mode,
+// --config) and the runtime options they resolve to: flag over environment over config file over
+// defaults.
 #pragma once
 
 #include <nibble/options.hpp>
@@ -12,7 +13,7 @@ namespace nibble::cli {
 /// Runtime-related flags pulled out of a command line.
 struct CommonFlags {
   std::vector<std::string> plugin_dirs;
-  std::string backend, threads, mode, config;
+  std::string backend, device, threads, mode, config;
   bool no_default_plugin_dir = false;
   bool allow_unsafe_plugin_dirs = false;
 };

@@ -1,6 +1,8 @@
 // nibble backends [--json]: every plugin file looked at and its outcome, each backend's version,
-// availability with the probe's reason, and its kernels.
+// availability with the probe's reason, its devices (for a device backend) and its kernels with
+// the device each runs on.
 #include <nibble/registry.hpp>
+#include <nibble/sdk/device.hpp>
 #include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
@@ -39,16 +41,21 @@ nlohmann::json to_json(const nibble::Registry& reg) {
            {"op", op_label(k.op)},
            {"priority", k.priority},
            {"mode", nibble::mode_name(k.mode)},
+           {"device", nibble::sdk::device_type_name(k.device_type)},
            {"error_bound", {{"f32", k.bound_f32}, {"f16", k.bound_f16}, {"bf16", k.bound_bf16}}}});
-    j["backends"].push_back({{"name", nibble::escape_untrusted(b.name)},
-                             {"version", nibble::escape_untrusted(b.version)},
-                             {"vendor", nibble::escape_untrusted(b.vendor)},
-                             {"description", nibble::escape_untrusted(b.description)},
-                             {"file", nibble::escape_untrusted(b.file)},
-                             {"abi", fmt::format("{}.{}", b.abi_major, b.abi_minor)},
-                             {"available", b.available},
-                             {"probe", b.probe_detail},
-                             {"kernels", kb}});
+    nlohmann::json backend = {{"name", nibble::escape_untrusted(b.name)},
+                              {"version", nibble::escape_untrusted(b.version)},
+                              {"vendor", nibble::escape_untrusted(b.vendor)},
+                              {"description", nibble::escape_untrusted(b.description)},
+                              {"file", nibble::escape_untrusted(b.file)},
+                              {"abi", fmt::format("{}.{}", b.abi_major, b.abi_minor)},
+                              {"available", b.available},
+                              {"probe", b.probe_detail},
+                              {"kernels", kb}};
+    if (b.device_memory)
+      backend["devices"] = {{"type", nibble::sdk::device_type_name(b.device_memory->device_type)},
+                            {"count", b.device_count}};
+    j["backends"].push_back(backend);
   }
   return j;
 }
@@ -74,16 +81,19 @@ void print_text(const nibble::Registry& reg) {
                nibble::escape_untrusted(b.version), nibble::escape_untrusted(b.vendor), b.abi_major,
                b.abi_minor, b.available ? "available" : "UNAVAILABLE");
     fmt::print("    probe: {}\n", b.probe_detail.empty() ? "-" : b.probe_detail);
+    if (b.device_memory)
+      fmt::print("    devices: {} {}\n", b.device_count,
+                 nibble::sdk::device_type_name(b.device_memory->device_type));
     if (b.kernels.empty()) {
       fmt::print("    kernels: none yet (this backend declares no kernel)\n");
       continue;
     }
     for (const auto& k : b.kernels)
       fmt::print(
-          "    kernel {:<16} {:<7} priority {:<4} mode {:<20} bound f32 {:.0e} f16 {:.0e} bf16 "
-          "{:.0e}\n",
+          "    kernel {:<16} {:<7} priority {:<4} mode {:<20} device {:<7} bound f32 {:.0e} f16 "
+          "{:.0e} bf16 {:.0e}\n",
           nibble::escape_untrusted(k.name), op_label(k.op), k.priority, nibble::mode_name(k.mode),
-          k.bound_f32, k.bound_f16, k.bound_bf16);
+          nibble::sdk::device_type_name(k.device_type), k.bound_f32, k.bound_f16, k.bound_bf16);
   }
 }
 
@@ -95,7 +105,8 @@ int nibble_cmd_backends(int argc, char** argv) {
     fmt::print(
         "usage: nibble backends [--json] [runtime flags]\n\n"
         "Lists every plugin file looked at and what became of it, each backend with its\n"
-        "version, availability (and the probe's reason) and its kernels.\n\n{}\n"
+        "version, availability (and the probe's reason), the devices it finds (a device\n"
+        "backend) and its kernels with the device each runs on.\n\n{}\n"
         "example: nibble backends --plugin-dir ./my-plugins --json\n",
         nibble::cli::common_flags_help());
     return 0;

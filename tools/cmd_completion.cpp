@@ -10,7 +10,7 @@ namespace {
 
 // The flags each command takes, for completion; runtime flags are added to every command.
 const char* kRuntimeFlags =
-    "--plugin-dir --backend --threads --mode --config --no-default-plugin-dir "
+    "--plugin-dir --backend --device --threads --mode --config --no-default-plugin-dir "
     "--allow-unsafe-plugin-dirs --help";
 
 struct CommandFlags {
@@ -71,6 +71,8 @@ int nibble_cmd_completion(int argc, char** argv) {
       "    --config|--input|--output|--plugin|--json) COMPREPLY=($(compgen -f -- \"$cur\")); "
       "return;;\n");
   fmt::print("    --mode) COMPREPLY=($(compgen -W \"w4a16 w4a8\" -- \"$cur\")); return;;\n");
+  fmt::print(
+      "    --device) COMPREPLY=($(compgen -W \"cpu cuda cuda:0 rocm\" -- \"$cur\")); return;;\n");
   fmt::print(
       "    --format) COMPREPLY=($(compgen -W \"gptq gptq_v2 awq\" -- \"$cur\")); return;;\n");
   fmt::print(

@@ -1,9 +1,12 @@
 // nibble run: one linear layer or one MoE block (router included) of a checkpoint, on an input
-// tensor from a safetensors file; the result is written as tensor "y" in the input's dtype.
+// tensor from a safetensors file; the result is written as tensor "y" in the input's dtype. A
+// layer on a device gets copies of x and y there, through its backend's device memory, and y is
+// read back, so the command works the same on every device.
 #include <nibble/error.hpp>
 #include <nibble/parse_number.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/safetensors.hpp>
+#include <nibble/sdk/host/device_staging.hpp>
 #include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
@@ -77,6 +80,18 @@ void print_placement(const nibble::Placement& p) {
   fmt::print("{} [{}]: {}/{}\n", escape_untrusted(p.layer, 200), escape_untrusted(p.part),
              escape_untrusted(p.backend), escape_untrusted(p.kernel));
   for (const auto& line : p.alternatives) fmt::print("    {}\n", escape_untrusted(line, 1000));
+}
+
+// Run `forward(x, y, stream)` where the layer runs: on x and y themselves in host memory, or on
+// copies on `device` (y read back and the stream waited for).
+template <class Forward>
+void run_where(const nibble::sdk::host::Device& device, const DLTensor& x, DLTensor& y,
+               Forward&& forward) {
+  if (!device) return forward(x, y, nullptr);
+  nibble::sdk::host::StagedTensor x_on(device, x, nullptr), y_on(device, y, nullptr);
+  forward(x_on.tensor(), y_on.tensor(), nullptr);
+  y_on.download(y, nullptr);
+  device.synchronize(nullptr);
 }
 
 }  // namespace
@@ -160,7 +175,8 @@ int nibble_cmd_run(int argc, char** argv) {
     mo.renormalize = r.renormalize;
     auto moe = rt.moe(ckpt, r.layer, mo);
     alloc_y(moe.hidden(), moe.hidden());
-    moe.forward(x, y);
+    run_where(moe.device_memory(), x, y,
+              [&](const DLTensor& xt, DLTensor& yt, void* stream) { moe.forward(xt, yt, stream); });
     placements = moe.placements();
   } else {
     if (r.top_k || r.renormalize)
@@ -168,7 +184,8 @@ int nibble_cmd_run(int argc, char** argv) {
                           nibble::quoted_untrusted(r.layer) + " is not one");
     auto lin = rt.linear(ckpt, r.layer);
     alloc_y(lin.in_features(), lin.out_features());
-    lin.forward(x, y);
+    run_where(lin.device_memory(), x, y,
+              [&](const DLTensor& xt, DLTensor& yt, void* stream) { lin.forward(xt, yt, stream); });
     placements = {lin.placement()};
   }
   nibble::TensorToWrite out{

@@ -1,7 +1,7 @@
 // ABI hygiene: what a host relies on before it computes anything — one exported symbol, the
 // name matching the file, versions and struct sizes, required function pointers, unique kernel
-// names, no threads from entry or probe, caller capacities respected, and a second entry call
-// that gives the same answer.
+// names, no threads from entry or probe, caller capacities respected, a second entry call that
+// gives the same answer, and (ABI 1.3) device memory that works for a plugin with device kernels.
 #include <cmath>
 #include <cstring>
 #include <regex>
@@ -87,6 +87,7 @@ void check_functions(const SuiteContext& ctx, CheckResult& r) {
   const nibble_plugin& p = ctx.plugin.desc;
   if (!p.probe) fail(r, "probe is NULL");
   if (!p.shutdown) fail(r, "shutdown is NULL");
+  if (std::string why = sdk::host::load_calls_problem(p); !why.empty()) fail(r, why);
   if (p.kernel_count == 0) fail(r, "kernel_count is 0");
   if (p.kernel_count > 0 && !p.kernels) fail(r, "kernels is NULL");
   if (!p.kernels) return;
@@ -172,7 +173,68 @@ void check_entry_twice(const SuiteContext& ctx, CheckResult& r) {
   for (uint32_t i = 0; a.kernels && again.kernels && i < a.kernel_count; ++i)
     if (!a.kernels[i] || !again.kernels[i] || !same_str(a.kernels[i]->name, again.kernels[i]->name))
       fail(r, "kernel " + std::to_string(i) + " differs between two entry calls");
+  // A plugin with loads made a second one: end it, as a host ends every load it starts.
+  if (sdk::host::has_load_calls(again) &&
+      !guarded("shutdown2", [&] { sdk::host::shutdown_load(again); }))
+    fail(r, "a C++ exception escaped shutdown2 of the second load");
   if (r.passed) r.message = "the same descriptor twice";
+}
+
+// A plugin whose kernels run on a device must give device memory of that type that allocates,
+// copies both ways and synchronizes (the kit stages every device kernel's tensors through it).
+void check_device_memory(const SuiteContext& ctx, CheckResult& r) {
+  const nibble_plugin& p = ctx.plugin.desc;
+  std::set<int32_t> types;
+  for (const nibble_kernel* k : kernels_of(p))
+    if (k && sdk::host::is_device_kernel(k)) types.insert(sdk::host::kernel_device_type(k));
+  if (types.empty()) {
+    r.message = "not applicable: every kernel runs on the CPU";
+    return;
+  }
+  const sdk::host::Device device = plugin_device(p);
+  if (!device) {
+#if NIBBLE_ABI_MINOR >= 3
+    const std::string why = sdk::host::device_memory_problem(p);
+#else
+    const std::string why;
+#endif
+    return fail(r, "kernels run on " + sdk::device_type_name(*types.begin()) + " but the plugin " +
+                       (why.empty() ? std::string("gives no device memory") : why));
+  }
+  for (int32_t t : types)
+    if (t != device.dl_device().device_type)
+      fail(r, "a kernel runs on " + sdk::device_type_name(t) + ", the device memory is " +
+                  sdk::device_type_name(device.dl_device().device_type));
+  if (!r.passed) return;
+  if (!ctx.probe.available) {
+    r.message = "the table is complete; not exercised, the backend is unavailable here";
+    return;
+  }
+  std::string message;
+  int32_t count = 0;
+  const nibble_status s = status_of(
+      [&] {
+        count = device.count();
+        if (count < 1) return;
+        const char sent[32] = "nibble conformance device bytes";
+        char back[32] = {};
+        sdk::host::DeviceBuffer buffer = device.alloc(sizeof sent);
+        buffer.upload(sent, sizeof sent, nullptr);
+        buffer.download(back, sizeof back, nullptr);
+        device.synchronize(nullptr);
+        if (std::memcmp(sent, back, sizeof sent) != 0)
+          throw sdk::host::CallError(NIBBLE_INTERNAL, "device copy",
+                                     "the bytes copied back differ from those copied in");
+      },
+      &message);
+  if (s != NIBBLE_OK) return fail(r, "a device memory round trip failed: " + message);
+  if (count < 1)
+    return fail(r, "device_count is " + std::to_string(count) +
+                       " on a machine where the probe "
+                       "says the backend is available");
+  r.message = std::to_string(count) + " " + sdk::device_type_name(device.dl_device().device_type) +
+              " device(s); alloc, copy both ways and synchronize work on device 0, where the "
+              "device kernels' tensors are staged";
 }
 
 // A host with a smaller descriptor than this one (an older or leaner host): the plugin must not
@@ -257,6 +319,7 @@ std::vector<Check> abi_checks(SuiteContext& ctx) {
   add("entry twice gives the same answer", &check_entry_twice);
   add("entry respects the descriptor capacity", &check_entry_capacity);
   add("error and probe buffers respected", &check_small_buffers);
+  add("device memory", &check_device_memory);
   return checks;
 }
 

@@ -32,7 +32,28 @@ int thread_count() {
 
 namespace {
 int g_thread_budget = 2;
+// The plugin under test's device, for its device kernels (one plugin per kit process).
+sdk::host::Device g_device;
 }  // namespace
+
+sdk::host::Device plugin_device(const nibble_plugin& p) {
+#if NIBBLE_ABI_MINOR >= 3
+  return host::device_of(p, 0);
+#else
+  (void)p;
+  return {};
+#endif
+}
+
+sdk::host::Device tensor_device(const nibble_kernel* k) {
+  return host::is_device_kernel(k) ? g_device : sdk::host::Device();
+}
+
+nibble_layer_desc on_kernel_device(const nibble_kernel* k, nibble_layer_desc d) {
+  if (host::is_device_kernel(k))
+    host::set_layer_device(d, DLDevice{DLDeviceType(host::kernel_device_type(k)), 0});
+  return d;
+}
 
 nibble_status call_entry(const PluginUnderTest& p, nibble_plugin* out, uint32_t capacity,
                          std::string* message) {
@@ -57,6 +78,7 @@ PluginUnderTest load_plugin(const std::string& path, int thread_budget) {
   }
   std::string message;
   p.entry_status = call_entry(p, &p.desc, sizeof p.desc, &message);
+  if (p.entry_status == NIBBLE_OK) g_device = plugin_device(p.desc);
   if (p.entry_status != NIBBLE_OK)
     p.error = "nibble_plugin_entry returned status " + std::to_string(p.entry_status) + ": " +
               (message.empty() ? "(no message)" : message);
@@ -80,7 +102,7 @@ std::string why_not(const nibble_kernel* k, const nibble_layer_desc& d, bool* ac
   std::string reason;
   *accepted = false;
   try {
-    *accepted = host::can_implement(k, d, &reason);
+    *accepted = host::can_implement(k, on_kernel_device(k, d), &reason);
   } catch (const host::CallError& e) {
     note_escape(e);
     return "(a C++ exception escaped can_implement)";
@@ -96,6 +118,21 @@ nibble_status PreparedLayer::forward_raw(const nibble_forward_args* args, int th
                                          std::string* message) const {
   // A fresh workspace per call: concurrent calls never share scratch.
   host::Workspace ws;
+  const sdk::host::Device device = tensor_device(p_.kernel());
+  if (!device) return status_of([&] { p_.forward(*args, M, threads, ws); }, message);
+  // Each call stages its own copies, on the default stream.
+  return status_of(
+      [&] {
+        sdk::host::StagedForward staged(device, *args, nullptr);
+        p_.forward(staged.args(), M, threads, ws);
+        staged.finish();
+      },
+      message);
+}
+
+nibble_status PreparedLayer::forward_as_given(const nibble_forward_args* args, int threads,
+                                              int64_t M, std::string* message) const {
+  host::Workspace ws;
   return status_of([&] { p_.forward(*args, M, threads, ws); }, message);
 }
 
@@ -110,8 +147,9 @@ std::unique_ptr<PreparedLayer> prepare(const nibble_kernel* k, const nibble_laye
                                        const nibble_weight_input& in, nibble_status* status,
                                        std::string* message) {
   std::unique_ptr<PreparedLayer> out;
-  *status =
-      status_of([&] { out = std::make_unique<PreparedLayer>(host::prepare(k, d, in)); }, message);
+  const nibble_layer_desc on_device = on_kernel_device(k, d);
+  *status = status_of(
+      [&] { out = std::make_unique<PreparedLayer>(host::prepare(k, on_device, in)); }, message);
   if (*status != NIBBLE_OK && message->empty()) *message = "(no message)";
   return out;
 }

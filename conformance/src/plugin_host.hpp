@@ -1,7 +1,9 @@
 // The kit's host side of the C ABI, over the SDK's host layer (nibble/sdk/host.hpp): statuses
 // kept instead of thrown, since the kit reports them, and every C++ exception that crosses the
-// boundary recorded for the check that provoked it. Compiled as a 1.0 host too
-// (NIBBLE_ABI_MINOR=0) by the version-skew tests.
+// boundary recorded for the check that provoked it. A device kernel (ABI 1.3) is asked for layers
+// on device 0 of its type, and every forward call's tensors are staged there through the plugin's
+// device memory and y read back, so every check runs unchanged on device tensors. Compiled as a
+// 1.0 host too (NIBBLE_ABI_MINOR=0) by the version-skew tests, where every kernel is a CPU kernel.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
@@ -72,6 +74,17 @@ struct PluginUnderTest {
 /// dlopen `path` (RTLD_NOW | RTLD_LOCAL) and call its entry point.
 PluginUnderTest load_plugin(const std::string& path, int thread_budget);
 
+/// The device plugin `p`'s device kernels run on (device 0 of its device memory), empty for a CPU
+/// plugin; the kit stages their tensors there.
+sdk::host::Device plugin_device(const nibble_plugin& p);
+
+/// Where kernel `k` of the plugin under test takes its tensors: empty (host memory) for a CPU
+/// kernel, else the plugin's device 0.
+sdk::host::Device tensor_device(const nibble_kernel* k);
+
+/// `d` asked on the device kernel `k` runs on (device 0 of its type); unchanged for a CPU kernel.
+nibble_layer_desc on_kernel_device(const nibble_kernel* k, nibble_layer_desc d);
+
 /// Call the entry point again into a fresh descriptor of capacity `capacity` bytes (<= sizeof).
 nibble_status call_entry(const PluginUnderTest& p, nibble_plugin* out, uint32_t capacity,
                          std::string* message);
@@ -93,13 +106,18 @@ class PreparedLayer {
   PreparedLayer(const PreparedLayer&) = delete;
   PreparedLayer& operator=(const PreparedLayer&) = delete;
 
-  /// Run forward with a fresh 64-byte-aligned workspace of workspace_bytes(M); returns the
-  /// status and fills *message on failure.
+  /// Run forward with a fresh 64-byte-aligned workspace of workspace_bytes(M) (on a device
+  /// kernel: with the tensors staged on its device and y read back); returns the status and
+  /// fills *message on failure.
   nibble_status forward(const DLTensor* x, DLTensor* y, const DLTensor* ids,
                         const DLTensor* weights, int threads, std::string* message) const;
-  /// Call forward with raw arguments (robustness checks pass broken ones).
+  /// Call forward with raw arguments (robustness checks pass broken ones), staged on the kernel's
+  /// device as forward() does.
   nibble_status forward_raw(const nibble_forward_args* args, int threads, int64_t M,
                             std::string* message) const;
+  /// Call forward with `args` exactly as given, on whatever device they say they are.
+  nibble_status forward_as_given(const nibble_forward_args* args, int threads, int64_t M,
+                                 std::string* message) const;
   const nibble_kernel* kernel() const { return p_.kernel(); }
 
  private:

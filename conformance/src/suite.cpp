@@ -53,7 +53,8 @@ std::string file_stem_name(const std::string& path) {
 // the plugin was loaded (allowing a moment for threads that are exiting).
 void check_shutdown(const SuiteContext& ctx, CheckResult& r) {
   const int before = thread_count();
-  if (!guarded("shutdown", [&] { ctx.plugin.desc.shutdown(); })) {
+  // The load's own shutdown2 when the plugin has loads (ABI 1.2), else shutdown.
+  if (!guarded("shutdown", [&] { sdk::host::shutdown_load(ctx.plugin.desc); })) {
     r.passed = false;
     r.message = "a C++ exception escaped shutdown";
     return;
@@ -90,8 +91,8 @@ void run_suite(const Options& options, size_t first,
   const bool loaded = ctx.plugin.error.empty();
   if (loaded && ctx.plugin.desc.probe) {
     ctx.probe.struct_size = sizeof ctx.probe;
-    ctx.probe_escaped =
-        !guarded("probe", [&] { ctx.probe_status = ctx.plugin.desc.probe(&ctx.probe); });
+    ctx.probe_escaped = !guarded(
+        "probe", [&] { ctx.probe_status = sdk::host::probe_load(ctx.plugin.desc, &ctx.probe); });
   }
   ctx.threads_after_probe = thread_count();
 

@@ -1,6 +1,7 @@
 #include <nibble/error.hpp>
 #include <nibble/options.hpp>
 #include <nibble/parse_number.hpp>
+#include <nibble/sdk/device.hpp>
 #include <nibble/untrusted_text.hpp>
 
 #include <sys/auxv.h>
@@ -55,6 +56,33 @@ NumericMode parse_mode(const std::string& text, const std::string& source) {
   throw Error(source + ": numeric mode " + quoted_untrusted(text) + " is not one of w4a16, w4a8");
 }
 
+DLDevice parse_device(const std::string& text, const std::string& source) {
+  // Device indices are small (a machine's GPUs); the cap keeps a typo from reading as an index.
+  constexpr int64_t kMaxDeviceIndex = 1023;
+  const size_t colon = text.find(':');
+  const std::string type_name = text.substr(0, colon);
+  const int32_t type = sdk::device_type_from_name(type_name);
+  if (type == 0)
+    throw Error(source + ": device " + quoted_untrusted(text) +
+                " is not cpu or a device type (cuda, rocm, opencl, vulkan, metal, vpi, ext_dev), "
+                "optionally followed by :index");
+  int32_t index = 0;
+  if (colon != std::string::npos)
+    index = int32_t(parse_integer(text.substr(colon + 1), 0, kMaxDeviceIndex,
+                                  source + ": the index of device " + quoted_untrusted(text)));
+  const DLDevice device{DLDeviceType(type), index};
+  if (sdk::is_cpu_memory(device)) {
+    if (index != 0)
+      throw Error(source + ": device " + quoted_untrusted(text) +
+                  " is host memory, which has no index; expected cpu");
+    return DLDevice{kDLCPU, 0};
+  }
+  if (type == kDLCUDAManaged)
+    throw Error(source + ": device " + quoted_untrusted(text) +
+                " is managed memory, which no kernel runs on; expected cpu or a device");
+  return device;
+}
+
 const char* mode_name(NumericMode mode) { return mode == NumericMode::W4A8 ? "w4a8" : "w4a16"; }
 
 static int parse_threads(const std::string& text, const std::string& source) {
@@ -88,6 +116,10 @@ void apply_config_file(RuntimeOptions& options, const std::string& path) {
       } else {
         throw Error(where + ": expected a string or a list of strings");
       }
+    } else if (key == "device") {
+      if (!value.is_string()) throw Error(where + ": expected a device such as \"cuda:0\"");
+      options.device = value.get<std::string>();
+      parse_device(options.device, where);
     } else if (key == "plugin_dirs") {
       if (!value.is_array()) throw Error(where + ": expected a list of directories");
       for (auto& v : value) {
@@ -113,7 +145,7 @@ void apply_config_file(RuntimeOptions& options, const std::string& path) {
       options.use_default_plugin_dir = value.get<bool>();
     } else {
       throw Error(where +
-                  ": unknown key (known: backend, plugin_dirs, threads, mode, plugins, "
+                  ": unknown key (known: backend, device, plugin_dirs, threads, mode, plugins, "
                   "use_default_plugin_dir)");
     }
   }
@@ -124,6 +156,10 @@ void apply_environment(RuntimeOptions& options) {
   if (const char* b = std::getenv("NIBBLE_BACKEND"); b && *b) {
     parse_backend_list(b, "NIBBLE_BACKEND");
     options.backend = b;
+  }
+  if (const char* d = std::getenv("NIBBLE_DEVICE"); d && *d) {
+    parse_device(d, "NIBBLE_DEVICE");
+    options.device = d;
   }
   // A setuid/setgid process must not take code locations from its caller's environment.
   if (const char* p = secure_getenv("NIBBLE_PLUGIN_PATH"); p && *p && !getauxval(AT_SECURE)) {

@@ -191,19 +191,71 @@ TEST(Runtime, AutoPrefersTheHighestPriorityBackend) {
   EXPECT_GT(layer.prepared_bytes(), 0u);
 }
 
-TEST(Runtime, APluginOfAnOlderMinorRunsWithDefaults) {
+// A plugin's load per registry ends (shutdown2) when its Runtime and the layers made from it are
+// all gone: a layer keeps its load past its Runtime, and nothing keeps it after both.
+TEST(Runtime, ALoadEndsWithTheLastRuntimeOrLayerThatHoldsIt) {
   RuntimeOptions o;
   o.use_default_plugin_dir = false;
-  o.plugin_dirs = {std::string(NIBBLE_BUILD_DIR) + "/tests/plugins/older"};
-  o.backend = "older";
-  Runtime rt(o);
-  auto ckpt = Checkpoint::open(Ckpts::get().gptq_v1);
-  auto layer = rt.linear(ckpt, "model.layers.1.linear");
-  EXPECT_EQ(layer.prepared_bytes(), 0u);  // 1.0 has no prepared_bytes: the default
+  o.plugin_dirs = {std::string(NIBBLE_BUILD_DIR) + "/tests/plugins/loadcount"};
+  o.backend = "loadcount";
+  // The probe of a new Runtime's load counts the loads alive, its own included.
+  auto live_loads = [&] { return Runtime(o).registry().find("loadcount")->probe_detail; };
+  EXPECT_EQ(live_loads(), "live loads: 1");
+  LinearLayer layer;
+  {
+    Runtime rt(o);
+    EXPECT_EQ(rt.registry().find("loadcount")->probe_detail, "live loads: 1");
+    layer = rt.linear(Checkpoint::open(Ckpts::get().gptq_v1), "model.layers.1.linear");
+  }
+  EXPECT_EQ(live_loads(), "live loads: 2");  // the layer's, and the probing Runtime's
   Mat x = random_mat(2, 136, sdk::dtype_f32(), 4);
   Mat y(2, 64, sdk::dtype_f32());
-  layer.forward(x.t, y.t);
-  EXPECT_LE(rel_err(y, linear_ref(ckpt.decode_linear("model.layers.1.linear"), x)), 1e-6);
+  y.poison();
+  layer.forward(x.t, y.t);  // still usable: its load has not ended
+  EXPECT_LE(
+      rel_err(
+          y, linear_ref(
+                 Checkpoint::open(Ckpts::get().gptq_v1).decode_linear("model.layers.1.linear"), x)),
+      1e-6);
+  layer = LinearLayer();
+  EXPECT_EQ(live_loads(), "live loads: 1");
+}
+
+TEST(Runtime, APluginOfAnOlderMinorRunsWithDefaults) {
+  for (const char* name : {"older", "older11", "older12"}) {
+    RuntimeOptions o;
+    o.use_default_plugin_dir = false;
+    o.plugin_dirs = {std::string(NIBBLE_BUILD_DIR) + "/tests/plugins/" + name};
+    o.backend = name;
+    Runtime rt(o);
+    EXPECT_EQ(rt.device().device_type, kDLCPU) << name;
+    auto ckpt = Checkpoint::open(Ckpts::get().gptq_v1);
+    auto layer = rt.linear(ckpt, "model.layers.1.linear");
+    EXPECT_EQ(layer.device().device_type, kDLCPU);
+    // 1.0 has no prepared_bytes: the default, 0; the later minors report the weight.
+    if (std::string(name) == "older")
+      EXPECT_EQ(layer.prepared_bytes(), 0u);
+    else
+      EXPECT_GT(layer.prepared_bytes(), 0u) << name;
+    Mat x = random_mat(2, 136, sdk::dtype_f32(), 4);
+    Mat y(2, 64, sdk::dtype_f32());
+    y.poison();
+    layer.forward(x.t, y.t);
+    size_t bad = 0;
+    EXPECT_LE(rel_err(y, linear_ref(ckpt.decode_linear("model.layers.1.linear"), x), &bad), 1e-6)
+        << name;
+    EXPECT_EQ(bad, 0u);
+    // Asked for a device, the older plugin is passed over with the reason.
+    o.device = "cuda";
+    Runtime on_device(o);
+    try {
+      on_device.linear(ckpt, "model.layers.1.linear");
+      ADD_FAILURE() << name << " took a layer on cuda";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(std::string(name) + "/scalar: runs on cpu, the layer is on "
+                                                          "cuda:0"));
+    }
+  }
 }
 
 }  // namespace

@@ -94,6 +94,54 @@ TEST(Registry, AnOlderMinorLoadsWithItsShorterStructs) {
   EXPECT_EQ(b->kernels[0].kernel->struct_size, offsetof(nibble_kernel, prepared_bytes));
 }
 
+// Plugins of every older minor are CPU plugins: their kernels run on the CPU, they give no device
+// memory, and a layer on a device passes them over saying so.
+TEST(Registry, OlderMinorsAreCpuPlugins) {
+  auto reg = Registry::load(only_test_plugins({"older", "older11", "older12"}));
+  for (const char* name : {"older", "older11", "older12"}) {
+    const nibble::BackendInfo* b = reg->find(name);
+    ASSERT_NE(b, nullptr) << name;
+    ASSERT_EQ(b->kernels.size(), 1u);
+    EXPECT_EQ(b->kernels[0].device_type, kDLCPU) << name;
+    EXPECT_EQ(b->device_memory, nullptr) << name;
+    EXPECT_EQ(b->device_count, 0) << name;
+  }
+  EXPECT_EQ(reg->find("older12")->abi_minor, 2);
+}
+
+// A 1.3 C plugin that leaves nibble_kernel.device_type 0 declares a CPU kernel: it is asked for a
+// layer on the CPU, and a layer on a device passes it over.
+TEST(Registry, ADeviceTypeOfZeroMeansCpu) {
+  auto reg = Registry::load(only_test_plugins({"raw13"}));
+  const nibble::BackendInfo* b = reg->find("raw13");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->abi_minor, 3);
+  ASSERT_EQ(b->kernels.size(), 1u);
+  EXPECT_EQ(b->kernels[0].kernel->device_type, 0);
+  EXPECT_EQ(b->kernels[0].device_type, kDLCPU);
+  nibble_layer_desc d{};
+  d.struct_size = sizeof d;
+  d.op = NIBBLE_OP_LINEAR;
+  d.name = "layer";
+  d.K = 64;
+  d.N = 64;
+  d.bits = 4;
+  d.group_size = 32;
+  d.numeric_mode = NIBBLE_MODE_W4A16;
+  auto why = [&] {
+    try {
+      reg->select(d, "raw13");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // On the CPU the kernel is asked, and refuses in its own words.
+  EXPECT_THAT(why(), HasSubstr("raw13/raw: this test kernel implements nothing"));
+  d.device_type = kDLCUDA;
+  EXPECT_THAT(why(), HasSubstr("raw13/raw: runs on cpu, the layer is on cuda:0"));
+}
+
 TEST(Registry, BadFilesAreReportedAndTheOthersStillLoad) {
   auto reg = Registry::load(only_test_plugins({"noentry", "entry_error", "throws", "garbage",
                                                "nullfwd", "dup_a", "dup_b", "alpha", "beta"}));

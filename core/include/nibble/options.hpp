@@ -1,9 +1,11 @@
-// Runtime options: where plugins are looked for, which backend runs the layers, how many
-// threads, which numeric mode. Sources, lowest precedence first: defaults, the C++ struct (or a
-// config file), environment variables, command-line flags.
+// Runtime options: where plugins are looked for, which backend runs the layers, on which device,
+// how many threads, which numeric mode. Sources, lowest precedence first: defaults, the C++ struct
+// (or a config file), environment variables, command-line flags.
 #pragma once
 
 #include <nibble/export.hpp>
+
+#include <dlpack/dlpack.h>
 
 #include <string>
 #include <vector>
@@ -22,6 +24,11 @@ struct RuntimeOptions {
   /// "auto", one backend name (strict), or a comma-separated fallback list ("cpu_amx,npu_ref";
   /// "*" stands for every other available backend, by priority).
   std::string backend = "auto";
+  /// Where layers run, and so where their tensors must be: "cpu" (host memory), a device type
+  /// ("cuda", "rocm", ... : index 0) or a type and index ("cuda:1"). Empty: implied by the
+  /// backend — a single named backend whose kernels run on a device (and that finds one) puts
+  /// layers on its device 0, anything else on the CPU. NIBBLE_DEVICE or --device sets it.
+  std::string device;
   /// Threads a layer may use; 0 means all hardware threads.
   int threads = 0;
   /// Numeric mode of quantized layers.
@@ -34,17 +41,23 @@ struct RuntimeOptions {
   bool allow_unsafe_plugin_dirs = false;
 };
 
-/// Apply a JSON config file ({"backend", "plugin_dirs", "threads", "mode", "plugins"}) on top of
-/// `options`; throws nibble::Error naming the file and key on a bad value.
+/// Apply a JSON config file ({"backend", "device", "plugin_dirs", "threads", "mode", "plugins"}) on
+/// top of `options`; throws nibble::Error naming the file and key on a bad value.
 NIBBLE_API void apply_config_file(RuntimeOptions& options, const std::string& path);
 
-/// Apply NIBBLE_BACKEND, NIBBLE_PLUGIN_PATH (':'-separated, ignored when the process is setuid
-/// or setgid), NIBBLE_THREADS, NIBBLE_MODE, NIBBLE_PLUGINS, NIBBLE_ALLOW_UNSAFE_PLUGIN_DIRS and
-/// NIBBLE_CONFIG (a config file applied before the other variables).
+/// Apply NIBBLE_BACKEND, NIBBLE_DEVICE, NIBBLE_PLUGIN_PATH (':'-separated, ignored when the process
+/// is setuid or setgid), NIBBLE_THREADS, NIBBLE_MODE, NIBBLE_PLUGINS,
+/// NIBBLE_ALLOW_UNSAFE_PLUGIN_DIRS and NIBBLE_CONFIG (a config file applied before the other
+/// variables).
 NIBBLE_API void apply_environment(RuntimeOptions& options);
 
 /// Parse "w4a16" / "w4a8"; throws nibble::Error listing the valid names.
 NIBBLE_API NumericMode parse_mode(const std::string& text, const std::string& source);
+
+/// Parse a device ("cpu", "cuda", "cuda:1", "rocm:0", ...: a DLPack device type as nibble names
+/// it, optionally ":index"); throws nibble::Error naming `source`, the text and what was expected.
+/// Host memory of any kind ("cpu", "cuda_host", "rocm_host") parses as {kDLCPU, 0}.
+NIBBLE_API DLDevice parse_device(const std::string& text, const std::string& source);
 
 /// The mode's name ("w4a16", "w4a8"), as mode_name(int) names its ABI value.
 NIBBLE_API const char* mode_name(NumericMode mode);

@@ -1,11 +1,13 @@
 // The plugin registry: which files were looked at and what became of each, the backends they
-// provide, and kernel selection by name, "auto" or a fallback list. A Registry is an immutable
-// snapshot, safe to read from many threads.
+// provide (their kernels, and the devices and device memory of device backends), and kernel
+// selection by name, "auto" or a fallback list, for a layer on one device. A Registry is an
+// immutable snapshot, safe to read from many threads.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
 #include <nibble/export.hpp>
 #include <nibble/options.hpp>
+#include <nibble/sdk/host/device.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -16,7 +18,8 @@ namespace nibble {
 
 namespace detail {
 class HostTable;
-}
+struct PluginLoad;
+}  // namespace detail
 
 /// What happened to one plugin file.
 struct LoadReport {
@@ -42,7 +45,9 @@ struct RegisteredKernel {
   int priority = 0;
   nibble_numeric_mode mode = NIBBLE_MODE_W4A16;
   double bound_f32 = 0, bound_f16 = 0, bound_bf16 = 0;
-  const nibble_kernel* kernel = nullptr;  ///< the plugin's descriptor (lives for the process)
+  /// The DLDeviceType forward's tensors live on (kDLCPU for a plugin before ABI 1.3).
+  int32_t device_type = kDLCPU;
+  const nibble_kernel* kernel = nullptr;  ///< the plugin's descriptor (lives with its registry)
   /// "backend/kernel".
   std::string full_name() const { return backend + "/" + name; }
 };
@@ -56,10 +61,19 @@ struct BackendInfo {
   uint32_t probe_reasons = 0;
   std::string probe_detail;
   std::vector<RegisteredKernel> kernels;
-  /// The descriptor of this registry's load of the plugin (lives for the process). A plugin of
-  /// ABI 1.2 or later is loaded once per registry; an older one once per process, its one
-  /// descriptor shared by every registry.
+  /// The descriptor of this registry's load of the plugin (lives as long as the registry). A
+  /// plugin of ABI 1.2 or later is loaded once per registry, and the load ends (shutdown2) when
+  /// the registry and the layers made from it are gone; an older one is loaded once per process,
+  /// its one descriptor shared by every registry.
   const nibble_plugin* plugin = nullptr;
+  /// The device memory of this load (ABI 1.3), present when a kernel runs on a device.
+  const nibble_device_memory* device_memory = nullptr;
+  /// Devices of device_memory's type the backend finds on this machine (0 without device memory,
+  /// or when the backend is unavailable).
+  int device_count = 0;
+  /// Device `device_id` of this load's device memory, to allocate, fill and read tensors for its
+  /// kernels; empty for a backend without device memory.
+  NIBBLE_API sdk::host::Device device(int32_t device_id) const;
 };
 
 /// A kernel chosen for a layer, with the candidates passed over and why.
@@ -93,9 +107,11 @@ class NIBBLE_API Registry {
   /// The backend called `name`, or nullptr.
   const BackendInfo* find(const std::string& name) const;
 
-  /// Choose a kernel for `desc` under `backend` ("auto", a name, or a comma-separated list).
-  /// Throws nibble::Error listing every candidate's reason, every unavailable backend's probe
-  /// reason and every file that failed to load when nothing fits.
+  /// Choose a kernel for `desc` under `backend` ("auto", a name, or a comma-separated list), among
+  /// the kernels of the device desc.device_type asks for: "auto" and "*" consider only those; a
+  /// named backend's kernels of another device are passed over with that reason. Throws
+  /// nibble::Error listing every candidate's reason, every unavailable backend's probe reason and
+  /// every file that failed to load when nothing fits.
   Selection select(const nibble_layer_desc& desc, const std::string& backend) const;
 
   /// For every loaded backend and kernel of desc's op: whether it could run the layer and, if
@@ -111,6 +127,9 @@ class NIBBLE_API Registry {
   std::vector<std::string> dirs_;
   // The host table this registry's plugins were entered with (their log and thread budget).
   std::shared_ptr<const detail::HostTable> host_;
+  // The loads this registry entered; a plugin's load per registry ends when the registry and
+  // every layer made from it are gone (layers hold the registry).
+  std::vector<std::shared_ptr<detail::PluginLoad>> loads_;
   std::string failure_summary() const;
 };
 

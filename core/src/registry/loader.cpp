@@ -6,8 +6,11 @@
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
 #include <nibble/registry.hpp>
+#include <nibble/sdk/device.hpp>
+#include <nibble/sdk/host/device.hpp>
 #include <nibble/untrusted_text.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -121,6 +124,15 @@ std::string validate_plugin(const nibble_plugin& d, const std::string& stem) {
   std::set<std::string> names;
   for (uint32_t i = 0; i < d.kernel_count; ++i)
     if (std::string why = kernel_problem(d.kernels[i], i, names); !why.empty()) return why;
+  if (std::string why = sdk::host::device_memory_problem(d); !why.empty()) return why;
+  // A device kernel's tensors can only be made through its backend's device memory.
+  const nibble_device_memory* memory = sdk::host::device_memory_of(d);
+  for (uint32_t i = 0; i < d.kernel_count; ++i) {
+    const int32_t type = sdk::host::kernel_device_type(d.kernels[i]);
+    if (type != kDLCPU && (!memory || sdk::normal_device_type(memory->device_type) != type))
+      return "kernel " + quoted_untrusted(d.kernels[i]->name) + " runs on " +
+             sdk::device_type_name(type) + ", but the plugin gives no device memory of that type";
+  }
   return "";
 }
 
@@ -134,6 +146,7 @@ RegisteredKernel registered_kernel(const std::string& backend, const nibble_kern
   info.bound_f32 = k->error_bound_f32;
   info.bound_f16 = k->error_bound_f16;
   info.bound_bf16 = k->error_bound_bf16;
+  info.device_type = sdk::host::kernel_device_type(k);
   info.kernel = k;
   return info;
 }
@@ -149,6 +162,7 @@ BackendInfo describe_backend(const nibble_plugin& d, const std::string& path) {
   b.abi_major = d.abi_major;
   b.abi_minor = d.abi_minor;
   b.plugin = &d;
+  b.device_memory = sdk::host::device_memory_of(d);
   for (uint32_t i = 0; i < d.kernel_count; ++i)
     b.kernels.push_back(registered_kernel(b.name, d.kernels[i]));
   return b;
@@ -170,6 +184,15 @@ void probe_backend(const PluginLoad& load, BackendInfo& b) {
   b.probe_detail = escape_untrusted(probe.detail);
   if (ps != NIBBLE_OK && b.probe_detail.empty())
     b.probe_detail = "probe failed with status " + std::to_string(ps);
+  if (b.available && b.device_memory) {
+    try {
+      b.device_count = b.device(0).count();
+    } catch (const std::exception& e) {
+      b.device_count = 0;
+      log(LogLevel::Warning, "core",
+          "backend " + b.name + ": device_count failed: " + escape_untrusted(e.what(), 1000));
+    }
+  }
 }
 
 // What one Registry::load call shares across its candidates.
@@ -177,7 +200,9 @@ struct LoadContext {
   const RuntimeOptions& options;
   const std::shared_ptr<const detail::HostTable>& host;
   const Registry& registry;  // the backends registered so far
-  std::map<detail::LoadedLibrary*, PluginLoad*> entered;
+  // Every load entered, kept by the registry (so that none ends while the loads lock is held).
+  std::vector<std::shared_ptr<PluginLoad>>& keep;
+  std::map<detail::LoadedLibrary*, std::shared_ptr<PluginLoad>> entered;
 };
 
 std::nullopt_t refuse(LoadReport& r, LoadReport::Stage stage, std::string why) {
@@ -195,7 +220,10 @@ std::optional<BackendInfo> load_candidate(const Candidate& c, LoadContext& ctx, 
   if (!exports_entry(path, &why)) return refuse(r, LoadReport::Stage::Preflight, why);
   detail::LoadedLibrary* lib = detail::open_library(path, r);
   if (!lib) return refuse(r, r.stage, r.message);
-  const PluginLoad& load = *detail::enter_plugin(*lib, ctx.host, ctx.entered);
+  const std::shared_ptr<PluginLoad> entered = detail::enter_plugin(*lib, ctx.host, ctx.entered);
+  if (std::find(ctx.keep.begin(), ctx.keep.end(), entered) == ctx.keep.end())
+    ctx.keep.push_back(entered);
+  const PluginLoad& load = *entered;
   if (load.entry_status != NIBBLE_OK)
     return refuse(r, LoadReport::Stage::Entry,
                   "the entry point failed (status " + std::to_string(load.entry_status) +
@@ -244,7 +272,7 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
       detail::find_candidates(dirs, options, reg->dirs_, reg->reports_);
 
   std::lock_guard<std::mutex> lock(detail::loads_mutex());
-  LoadContext ctx{options, reg->host_, *reg, {}};
+  LoadContext ctx{options, reg->host_, *reg, reg->loads_, {}};
   for (const Candidate& c : files) {
     LoadReport r;
     r.path = c.path;
@@ -264,6 +292,11 @@ std::shared_ptr<const Registry> Registry::load(const RuntimeOptions& options) {
     reg->backends_.push_back(std::move(*b));
   }
   return reg;
+}
+
+sdk::host::Device BackendInfo::device(int32_t device_id) const {
+  if (!device_memory || !plugin) return {};
+  return sdk::host::Device(device_memory, plugin->plugin_context, device_id);
 }
 
 const BackendInfo* Registry::find(const std::string& name) const {

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <vector>
 
 namespace nibble::detail {
@@ -14,10 +15,12 @@ namespace nibble::detail {
 using Entry = nibble_status(const nibble_host*, nibble_plugin*, nibble_error*);
 
 struct LoadedLibrary {
+  std::string path;
   boost::dll::shared_library library;
   Entry* entry = nullptr;
-  std::unique_ptr<PluginLoad> only;  // a pre-1.2 plugin's load, or an entry call that failed
-  std::vector<std::unique_ptr<PluginLoad>> per_registry;
+  std::shared_ptr<PluginLoad> only;    // a pre-1.2 plugin's load, or an entry call that failed
+  std::set<PluginLoad*> per_registry;  // the live loads per registry (each frees itself)
+  bool entered_once = false;
 };
 
 namespace {
@@ -37,6 +40,16 @@ void shutdown_at_exit() {
   shutdown_loads_locked();
 }
 
+void end_load(const std::string& path, PluginLoad& load);
+
+// The deleter of a load per registry: its last holder is gone, so end it and forget it.
+void release_load(PluginLoad* load) {
+  std::lock_guard<std::mutex> lock(loads_mutex());
+  load->library->per_registry.erase(load);
+  end_load(load->library->path, *load);
+  delete load;
+}
+
 void end_load(const std::string& path, PluginLoad& load) {
   if (load.shut_down || load.entry_status != NIBBLE_OK) return;
   load.shut_down = true;
@@ -50,8 +63,11 @@ void end_load(const std::string& path, PluginLoad& load) {
   }
 }
 
-std::unique_ptr<PluginLoad> call_entry(Entry* entry, const std::shared_ptr<const HostTable>& host) {
+std::unique_ptr<PluginLoad> call_entry(LoadedLibrary& lib,
+                                       const std::shared_ptr<const HostTable>& host) {
+  Entry* entry = lib.entry;
   auto load = std::make_unique<PluginLoad>();
+  load->library = &lib;
   load->host = host;
   load->plugin.struct_size = sizeof(nibble_plugin);
   load->plugin.abi_major = NIBBLE_ABI_MAJOR;
@@ -87,6 +103,7 @@ LoadedLibrary* open_library(const std::string& path, LoadReport& report) {
   auto it = p.libraries.find(path);
   if (it != p.libraries.end()) return it->second;
   auto lib = std::make_unique<LoadedLibrary>();
+  lib->path = path;
   report.stage = LoadReport::Stage::Load;
   try {
     lib->library.load(std::filesystem::path(path),
@@ -109,28 +126,29 @@ LoadedLibrary* open_library(const std::string& path, LoadReport& report) {
   return raw;
 }
 
-PluginLoad* enter_plugin(LoadedLibrary& lib, const std::shared_ptr<const HostTable>& host,
-                         std::map<LoadedLibrary*, PluginLoad*>& entered) {
+std::shared_ptr<PluginLoad> enter_plugin(
+    LoadedLibrary& lib, const std::shared_ptr<const HostTable>& host,
+    std::map<LoadedLibrary*, std::shared_ptr<PluginLoad>>& entered) {
   if (auto it = entered.find(&lib); it != entered.end()) return it->second;
-  if (lib.only) return entered[&lib] = lib.only.get();
-  const bool first_entry = lib.per_registry.empty();
-  std::unique_ptr<PluginLoad> load = call_entry(lib.entry, host);
+  if (lib.only) return entered[&lib] = lib.only;
+  std::unique_ptr<PluginLoad> load = call_entry(lib, host);
   // Registered after a library's first entry, so it runs before the destructors of the statics
   // the plugin made then (exit handlers run in reverse order); once per library, so a process
   // that makes many Runtimes does not grow the exit list. shut_down flags make repeats no-ops.
-  if (first_entry) std::atexit(&shutdown_at_exit);
-  PluginLoad* raw = load.get();
-  if (load->entry_status == NIBBLE_OK && load->per_registry())
-    lib.per_registry.push_back(std::move(load));
-  else
-    lib.only = std::move(load);
-  return entered[&lib] = raw;
+  if (!lib.entered_once) std::atexit(&shutdown_at_exit);
+  lib.entered_once = true;
+  if (load->entry_status == NIBBLE_OK && load->per_registry()) {
+    lib.per_registry.insert(load.get());
+    return entered[&lib] = std::shared_ptr<PluginLoad>(load.release(), &release_load);
+  }
+  lib.only = std::move(load);
+  return entered[&lib] = lib.only;
 }
 
 void shutdown_loads_locked() {
   for (auto& [path, lib] : process().libraries) {
     if (lib->only) end_load(path, *lib->only);
-    for (auto& load : lib->per_registry) end_load(path, *load);
+    for (PluginLoad* load : lib->per_registry) end_load(path, *load);
   }
 }
 

@@ -4,6 +4,8 @@
 #include <nibble/error.hpp>
 #include <nibble/options.hpp>
 #include <nibble/registry.hpp>
+#include <nibble/sdk/device.hpp>
+#include <nibble/sdk/host/device.hpp>
 #include <nibble/untrusted_text.hpp>
 
 #include <algorithm>
@@ -47,7 +49,26 @@ std::string describe(const nibble_layer_desc& d) {
   if (d.op == NIBBLE_OP_MOE)
     s += " experts=" + std::to_string(d.num_experts) + " top_k=" + std::to_string(d.top_k) +
          " w2_group=" + std::to_string(d.w2_group_size);
-  return s;
+  return s + " on " + sdk::device_name(sdk::host::layer_device_of(d));
+}
+
+// Why kernel `k` of `b` cannot take a layer on desc's device ("" when it can): another device
+// type, or an index the backend does not have.
+std::string why_not_device(const BackendInfo& b, const RegisteredKernel& k,
+                           const nibble_layer_desc& d) {
+  const DLDevice layer = sdk::host::layer_device_of(d);
+  if (k.device_type != layer.device_type)
+    return "runs on " + sdk::device_type_name(k.device_type) + ", the layer is on " +
+           sdk::device_name(layer);
+  if (k.device_type == kDLCPU || layer.device_id < b.device_count) return "";
+  return "the backend finds " + std::to_string(b.device_count) + " " +
+         sdk::device_type_name(k.device_type) + " device" + (b.device_count == 1 ? "" : "s") +
+         ", the layer is on " + sdk::device_name(layer);
+}
+
+// Whether `k` runs on the device type desc asks for (what "auto" considers).
+bool on_layer_device_type(const RegisteredKernel& k, const nibble_layer_desc& d) {
+  return k.device_type == sdk::host::layer_device_of(d).device_type;
 }
 
 // Kernels of `b` for this op (and mode, for quantized ops), highest priority first.
@@ -113,7 +134,8 @@ std::vector<std::string> Registry::explain(const nibble_layer_desc& desc) const 
       continue;
     }
     for (const RegisteredKernel* k : ks) {
-      std::string why = can_implement(*k, desc);
+      std::string why = why_not_device(b, *k, desc);
+      if (why.empty()) why = can_implement(*k, desc);
       lines.push_back(
           k->full_name() + ": " +
           (why.empty() ? "can run it (priority " + std::to_string(k->priority) + ")" : why));
@@ -133,7 +155,8 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
   auto try_kernels =
       [&](const std::vector<std::pair<const BackendInfo*, const RegisteredKernel*>>& cands) {
         for (auto& [b, k] : cands) {
-          std::string why = can_implement(*k, desc);
+          std::string why = why_not_device(*b, *k, desc);
+          if (why.empty()) why = can_implement(*k, desc);
           if (why.empty()) {
             if (!sel.kernel) {
               sel.backend = b;
@@ -152,7 +175,8 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
     for (const BackendInfo& b : backends_) {
       if (std::find(used.begin(), used.end(), &b) != used.end()) continue;
       if (!b.available) continue;
-      for (const RegisteredKernel* k : kernels_for(b, desc)) c.emplace_back(&b, k);
+      for (const RegisteredKernel* k : kernels_for(b, desc))
+        if (on_layer_device_type(*k, desc)) c.emplace_back(&b, k);
     }
     std::stable_sort(c.begin(), c.end(), [](const auto& x, const auto& y) {
       if (x.second->priority != y.second->priority) return x.second->priority > y.second->priority;
@@ -204,7 +228,9 @@ Selection Registry::select(const nibble_layer_desc& desc, const std::string& bac
   std::string msg = "no kernel can run layer " + layer + " (" + describe(desc) +
                     ") with backend setting '" + backend + "'";
   for (const auto& t : tried) msg += "\n  " + t;
-  if (tried.empty()) msg += "\n  no available backend has a kernel for this op and mode";
+  if (tried.empty())
+    msg += "\n  no available backend has a kernel for this op and mode on " +
+           sdk::device_type_name(sdk::host::layer_device_of(desc).device_type);
   msg += failure_summary();
   throw Error(msg);
 }

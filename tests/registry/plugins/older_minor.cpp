@@ -1,6 +1,7 @@
 // Test plugin built through the C++ SDK against an older ABI minor (NIBBLE_ABI_MINOR, set by the
-// build: 0 for "older", 1 for "older11"), without the later minors' appended fields: the host
-// must fill the missing fields with defaults and enter it once per process.
+// build: 0 for "older", 1 for "older11", 2 for "older12"), without the later minors' appended
+// fields: the host must fill the missing fields with defaults (a CPU kernel, no device memory)
+// and enter it once per process (once per registry from 1.2, which has loads).
 #include "scalar_linear.hpp"
 
 #define OLDER_STRING(x) #x

@@ -4,7 +4,8 @@
  *  RAW_NEWER_MINOR  a future minor whose structs are larger than the host's
  *  RAW_NO_ENTRY     exports no entry symbol at all
  *  RAW_NULL_FORWARD a kernel whose required `forward` is NULL
- *  RAW_DUP          a plugin named "dup" (built twice, into two directories) */
+ *  RAW_DUP          a plugin named "dup" (built twice, into two directories)
+ *  RAW_CPU13        the current minor, its kernel leaving device_type 0 (a CPU kernel) */
 #include <nibble/sdk/plugin.h>
 
 #include <string.h>
@@ -112,6 +113,8 @@ NIBBLE_PLUGIN_EXPORT nibble_status nibble_plugin_entry(const nibble_host* host, 
   p.base.name = "nullfwd";
 #elif defined(RAW_DUP)
   p.base.name = "dup";
+#elif defined(RAW_CPU13)
+  p.base.name = "raw13";
 #endif
   p.base.version = "9.9.9";
   p.base.vendor = "nibble tests";

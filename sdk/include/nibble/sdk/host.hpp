@@ -4,6 +4,8 @@
 #pragma once
 
 #include <nibble/sdk/host/canonical_weight.hpp>  // CanonicalWeight
+#include <nibble/sdk/host/device.hpp>            // kernel_device_type, Device, DeviceBuffer
+#include <nibble/sdk/host/device_staging.hpp>    // StagedTensor, StagedForward
 #include <nibble/sdk/host/error.hpp>             // CallError, ErrorBuffer, check, guard
 #include <nibble/sdk/host/expert_source.hpp>     // ExpertViews
 #include <nibble/sdk/host/layer_desc.hpp>        // linear_desc, dense_desc, moe_desc

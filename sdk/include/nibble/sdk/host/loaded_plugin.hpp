@@ -1,11 +1,13 @@
 // A plugin loaded by a host that is not libnibble (the conformance kit, the bench, plugin tests):
 // dlopen, the entry point called with a host table of this translation unit's ABI minor, and the
-// questions a host asks of the descriptor (kernels, probe, can_implement). libnibble's own loader
+// questions a host asks of the descriptor (kernels, probe, can_implement, device memory), with
+// the load's own probe2/shutdown2 when the plugin gives them (ABI 1.2). libnibble's own loader
 // adds a preflight and a registry on top and does not use this. Header-only; link -ldl.
 #pragma once
 
 #include <nibble/sdk/plugin.h>
 #include <nibble/sdk/host/abi_namespace.hpp>
+#include <nibble/sdk/host/device.hpp>
 #include <nibble/sdk/host/error.hpp>
 
 #include <dlfcn.h>
@@ -81,6 +83,47 @@ inline bool can_implement(const nibble_kernel* k, const nibble_layer_desc& desc,
   return ok != 0;
 }
 
+/// Whether `p` gives its load's probe2 and shutdown2 (ABI 1.2; a host calls them instead of probe
+/// and shutdown, with the load's plugin_context).
+inline bool has_load_calls(const nibble_plugin& p) {
+#if NIBBLE_ABI_MINOR >= 2
+  return p.struct_size >= offsetof(nibble_plugin, shutdown2) + sizeof(void*) && p.probe2 &&
+         p.shutdown2;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+/// Why `p`'s load calls are unusable: probe2 and shutdown2 come as a pair ("" when they do).
+inline std::string load_calls_problem(const nibble_plugin& p) {
+#if NIBBLE_ABI_MINOR >= 2
+  if (p.struct_size >= offsetof(nibble_plugin, shutdown2) + sizeof(void*) &&
+      (p.probe2 == nullptr) != (p.shutdown2 == nullptr))
+    return "probe2 and shutdown2 come as a pair, but only one of them is set";
+#else
+  (void)p;
+#endif
+  return "";
+}
+
+/// Probe the load `p` describes: probe2 with its context when it has one, else probe.
+inline nibble_status probe_load(const nibble_plugin& p, nibble_probe_result* result) {
+#if NIBBLE_ABI_MINOR >= 2
+  if (has_load_calls(p)) return p.probe2(p.plugin_context, result);
+#endif
+  return p.probe(result);
+}
+
+/// End the load `p` describes: shutdown2 with its context when it has one, else shutdown. The
+/// host calls nothing of that load afterwards.
+inline void shutdown_load(const nibble_plugin& p) {
+#if NIBBLE_ABI_MINOR >= 2
+  if (has_load_calls(p)) return p.shutdown2(p.plugin_context);
+#endif
+  p.shutdown();
+}
+
 /// Every kernel `p` lists (empty when the table is missing).
 inline std::vector<const nibble_kernel*> kernels_of(const nibble_plugin& p) {
   std::vector<const nibble_kernel*> out;
@@ -101,6 +144,12 @@ class LoadedPlugin {
     const nibble_status s =
         call_entry(p.entry_, standalone_host(thread_budget), &p.desc_, sizeof p.desc_, &message);
     if (s != NIBBLE_OK) throw CallError(s, NIBBLE_PLUGIN_ENTRY_SYMBOL, path + ": " + message);
+    if (std::string why = load_calls_problem(p.desc_); !why.empty())
+      throw CallError(NIBBLE_INVALID_ARGUMENT, NIBBLE_PLUGIN_ENTRY_SYMBOL, path + ": " + why);
+#if NIBBLE_ABI_MINOR >= 3
+    if (std::string why = device_memory_problem(p.desc_); !why.empty())
+      throw CallError(NIBBLE_INVALID_ARGUMENT, NIBBLE_PLUGIN_ENTRY_SYMBOL, path + ": " + why);
+#endif
     return p;
   }
 
@@ -116,15 +165,25 @@ class LoadedPlugin {
       if (k && k->name && name == k->name) return k;
     return nullptr;
   }
-  /// The probe's answer; throws CallError when the probe fails.
+  /// The probe's answer (probe2 for the load when the plugin has it); throws CallError when the
+  /// probe fails.
   nibble_probe_result probe() const {
     nibble_probe_result r{};
     r.struct_size = sizeof r;
-    const nibble_status s = guard("probe", [&] { return desc_.probe(&r); });
+    const nibble_status s = guard("probe", [&] { return probe_load(desc_, &r); });
     if (s != NIBBLE_OK) throw CallError(s, "probe", "");
     r.detail[sizeof r.detail - 1] = '\0';
     return r;
   }
+  /// End this load (shutdown2 for the load when the plugin has it, else shutdown); nothing of it
+  /// may be called afterwards, this object's kernels included.
+  void shutdown() const {
+    guard("shutdown", [&] { shutdown_load(desc_); });
+  }
+#if NIBBLE_ABI_MINOR >= 3
+  /// Device `device_id` of this load's device memory; empty for a CPU plugin or one before 1.3.
+  Device device(int32_t device_id = 0) const { return device_of(desc_, device_id); }
+#endif
 
  private:
   nibble_plugin_entry_fn entry_ = nullptr;

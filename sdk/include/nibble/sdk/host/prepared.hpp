@@ -108,16 +108,22 @@ class Prepared {
     call_checked("forward", err,
                  [&] { return k->forward(k, handle_.get(), &args, &exec, err.get()); });
   }
-  /// One forward call of M rows on `threads` threads with scratch from `workspace`; throws
-  /// CallError.
-  void forward(const nibble_forward_args& args, int64_t M, int threads,
-               Workspace& workspace) const {
+  /// One forward call of M rows on `threads` threads with scratch from `workspace`, queued on
+  /// device stream `stream` (nullptr: the default stream; a host before 1.3 has none, and a CPU
+  /// kernel ignores it). A device kernel returns once the work is queued. Throws CallError.
+  void forward(const nibble_forward_args& args, int64_t M, int threads, Workspace& workspace,
+               void* stream = nullptr) const {
     const size_t bytes = workspace_bytes(M);
     nibble_exec exec{};
     exec.struct_size = sizeof exec;
     exec.workspace = workspace.get(bytes);
     exec.workspace_size = bytes;
     exec.num_threads = threads;
+#if NIBBLE_ABI_MINOR >= 3
+    exec.stream = stream;
+#else
+    (void)stream;
+#endif
     forward(args, exec);
   }
   /// Bytes the prepared weight holds (0 when the kernel does not say, or its ABI minor predates
