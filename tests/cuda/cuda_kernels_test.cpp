@@ -155,7 +155,7 @@ TEST(CudaMarlinStream, EverySplitConfiguration) {
   NIBBLE_REQUIRE_GPU();
   for (int B : {2, 1})
     for (int R : {1, 2, 4, 8})
-      for (int C : {1, 2, 3, 8}) {
+      for (int C : {1, 2, 3, 4, 8}) {
         run_marlin({spec(1024, 512, 4, 128, false, false, sdk::dtype_f16(), 21),
                     5,
                     sdk::dtype_bf16(),

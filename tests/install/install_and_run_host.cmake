@@ -2,7 +2,8 @@
 # and build tests/install/host against it with find_package(nibble) and run it on the GPTQ
 # fixture with the installed plugins. Called by ctest with BUILD_DIR, SOURCE_DIR, WORK_DIR,
 # LIBDIR, INCLUDEDIR, PLUGIN_DIR (install-relative), HOST_API_VERSION, HOST_API_MAJOR, PLUGINS
-# (comma-separated), NM, and SANITIZE (the build's sanitizers, which the host must be built with).
+# (comma-separated, run on the fixture), DEVICE_PLUGINS (installed, not run), NM, and SANITIZE (the
+# build's sanitizers, which the host must be built with).
 include(${CMAKE_CURRENT_LIST_DIR}/../support/build_against_install.cmake)
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
