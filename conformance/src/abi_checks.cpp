@@ -144,16 +144,6 @@ void check_probe(const SuiteContext& ctx, CheckResult& r) {
                 std::string(pr.detail, strnlen(pr.detail, sizeof pr.detail));
 }
 
-void check_threads(const SuiteContext& ctx, CheckResult& r) {
-  if (ctx.threads_after_entry != ctx.threads_before_load)
-    fail(r, "loading and the entry point went from " + std::to_string(ctx.threads_before_load) +
-                " to " + std::to_string(ctx.threads_after_entry) + " threads");
-  if (ctx.threads_after_probe != ctx.threads_after_entry)
-    fail(r, "probe went from " + std::to_string(ctx.threads_after_entry) + " to " +
-                std::to_string(ctx.threads_after_probe) + " threads");
-  if (r.passed) r.message = "entry and probe started no thread";
-}
-
 void check_entry_twice(const SuiteContext& ctx, CheckResult& r) {
   nibble_plugin again{};
   std::string message;

@@ -45,6 +45,8 @@ sdk::host::Device plugin_device(const nibble_plugin& p) {
 #endif
 }
 
+void stage_on_device_of(const nibble_plugin& p) { g_device = plugin_device(p); }
+
 sdk::host::Device tensor_device(const nibble_kernel* k) {
   return host::is_device_kernel(k) ? g_device : sdk::host::Device();
 }

@@ -78,6 +78,10 @@ PluginUnderTest load_plugin(const std::string& path, int thread_budget);
 /// plugin; the kit stages their tensors there.
 sdk::host::Device plugin_device(const nibble_plugin& p);
 
+/// Stage device kernels' tensors through the device memory of load `p` from now on (the kit
+/// stages through the first load's; a second load of the same plugin has its own).
+void stage_on_device_of(const nibble_plugin& p);
+
 /// Where kernel `k` of the plugin under test takes its tensors: empty (host memory) for a CPU
 /// kernel, else the plugin's device 0.
 sdk::host::Device tensor_device(const nibble_kernel* k);

@@ -4,10 +4,8 @@
 #include "suite.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <regex>
-#include <thread>
 
 namespace nibble::conformance {
 
@@ -47,33 +45,6 @@ std::string file_stem_name(const std::string& path) {
       path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
   std::smatch m;
   return std::regex_match(base, m, pattern) ? m[1].str() : std::string();
-}
-
-// shutdown must join every thread the plugin started: the count returns to what it was before
-// the plugin was loaded (allowing a moment for threads that are exiting).
-void check_shutdown(const SuiteContext& ctx, CheckResult& r) {
-  const int before = thread_count();
-  // The load's own shutdown2 when the plugin has loads (ABI 1.2), else shutdown.
-  if (!guarded("shutdown", [&] { sdk::host::shutdown_load(ctx.plugin.desc); })) {
-    r.passed = false;
-    r.message = "a C++ exception escaped shutdown";
-    return;
-  }
-  int now = thread_count();
-  for (int i = 0; i < 100 && now > ctx.threads_before_load; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    now = thread_count();
-  }
-  if (now > ctx.threads_before_load) {
-    r.passed = false;
-    r.message = std::to_string(now - ctx.threads_before_load) +
-                " threads the plugin started are still running 2 s after shutdown (" +
-                std::to_string(before) + " threads before shutdown, " +
-                std::to_string(ctx.threads_before_load) + " before the plugin was loaded)";
-    return;
-  }
-  r.message = std::to_string(before - ctx.threads_before_load) +
-              " plugin thread(s) before shutdown, none after";
 }
 
 }  // namespace

@@ -40,6 +40,12 @@ std::vector<Check> robustness_checks(SuiteContext& ctx);
 /// The upstream-packed GPTQ/AWQ fixtures through every kernel that accepts them.
 std::vector<Check> fixture_checks(SuiteContext& ctx);
 
+/// Entry starts no thread; probe starts none either, except a device plugin's (its runtime's).
+void check_threads(const SuiteContext& ctx, CheckResult& r);
+/// Shut the load down: every thread the plugin started ends, save a device runtime's, which a
+/// second load in the same process must not add to.
+void check_shutdown(const SuiteContext& ctx, CheckResult& r);
+
 /// Load the plugin, build the check list and run checks [first, end), reporting each check's
 /// start and result. The shutdown check always runs last. Returns the plugin's description line.
 void run_suite(const Options& options, size_t first,

@@ -6,14 +6,20 @@
 // be a MockStream (mock_stream.hpp), on which forwards, copies and synchronizes are counted.
 // NIBBLE_MOCKDEV_DEVICES (0..16, default 2) sets how many devices it finds; with 0 the probe
 // says the device is absent. A CPU kernel, host_linear, is there for selection tests.
+// NIBBLE_MOCKDEV_THREADS plays a device runtime's threads for the kit's thread checks: "runtime"
+// starts one thread at the first probe of the process that lives until exit (as CUDA's driver
+// does); "leak" starts one per load at its first allocation and never joins it (a plugin bug).
 #include <nibble/sdk/env.hpp>
 #include <nibble/sdk/portable_kernels.hpp>
 #include <nibble/sdk/weights.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "mock_stream.hpp"
 
@@ -40,6 +46,17 @@ std::string address(const void* p) {
   return buf;
 }
 
+bool threads_mode(const char* mode) {
+  const char* v = std::getenv("NIBBLE_MOCKDEV_THREADS");
+  return v && std::strcmp(v, mode) == 0;
+}
+
+void start_sleeper() {
+  std::thread([] {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }).detach();
+}
+
 // Blocks handed out per device index; every check of a pointer goes through here.
 class MockMemory : public sdk::DeviceMemory {
  public:
@@ -50,6 +67,7 @@ class MockMemory : public sdk::DeviceMemory {
   int devices() const { return devices_; }
   void* alloc(int device_id, size_t bytes) override {
     require_device(device_id);
+    if (threads_mode("leak")) std::call_once(leak_once_, start_sleeper);
     void* p = std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
     if (!p) throw sdk::PluginError(NIBBLE_OUT_OF_MEMORY, "mock device memory exhausted");
     std::lock_guard<std::mutex> lock(mutex_);
@@ -116,6 +134,7 @@ class MockMemory : public sdk::DeviceMemory {
     return it->second.device;
   }
   int devices_;
+  std::once_flag leak_once_;
   mutable std::mutex mutex_;
   std::map<uintptr_t, Block> blocks_;
 };
@@ -317,6 +336,8 @@ struct MockDevice : sdk::Backend {
   MockDevice() : memory(int(sdk::env_integer("NIBBLE_MOCKDEV_DEVICES", 0, 16).value_or(2))) {}
   sdk::Probe probe() override {
     const int n = memory.device_count();
+    static std::once_flag runtime_once;
+    if (threads_mode("runtime")) std::call_once(runtime_once, start_sleeper);
     if (n == 0)
       return {false, NIBBLE_PROBE_DEVICE_ABSENT, "no mock device (NIBBLE_MOCKDEV_DEVICES=0)"};
     return {true, 0, std::to_string(n) + " mock ext_dev devices"};
