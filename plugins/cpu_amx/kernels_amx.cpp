@@ -15,6 +15,10 @@
 
 #include <vector>
 
+#ifdef NIBBLE_AMX_EMULATION
+#include "tile_emulation.hpp"
+#endif
+
 namespace nibble::cpu_amx {
 namespace {
 
@@ -40,7 +44,11 @@ class TileScope {
       cfg.rows[i] = uint8_t(i >= 6 ? 16 : rows);
       cfg.colsb[i] = 64;
     }
+#ifdef NIBBLE_AMX_EMULATION
+    tile_emulation::load_config(&cfg);
+#else
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+#endif
   }
   ~TileScope() { _tile_release(); }
   TileScope(const TileScope&) = delete;

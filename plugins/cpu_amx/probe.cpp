@@ -84,6 +84,10 @@ IsaLevel hardware_level(const CpuFeatures& f) {
   bool avx2 = f.os_avx && f.avx2 && f.fma && f.f16c;
   if (avx512 && f.amx_tile && f.amx_bf16 && f.amx_int8 && f.os_amx && f.amx_permission)
     return IsaLevel::amx;
+#ifdef NIBBLE_AMX_EMULATION
+  // The tile kernels run on software tiles (tile_emulation.hpp), which need only AVX-512.
+  if (avx512) return IsaLevel::amx;
+#endif
   if (avx512) return IsaLevel::avx512;
   if (avx2) return IsaLevel::avx2;
   return IsaLevel::scalar;
@@ -170,6 +174,9 @@ std::string describe(const IsaDecision& d, const CpuFeatures& f) {
   } else {
     s += "; no AMX";
   }
+#ifdef NIBBLE_AMX_EMULATION
+  s += "; tile instructions emulated in software (a test build: slow)";
+#endif
   if (!d.env_note.empty()) s += "; " + d.env_note;
   return s;
 }
