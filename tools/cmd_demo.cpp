@@ -1,6 +1,7 @@
 // nibble demo: make a small GPTQ and AWQ model (linear layers and one MoE block) with the
 // synthetic quantizer, cache it, run every layer on every available backend and numeric mode,
-// and print each result's error against float64 and its speed.
+// and print each result's error against float64 and its speed. A device backend's layers run on
+// copies of their tensors on its device (layer_io.hpp).
 #include <nibble/conformance/reference.hpp>
 #include <nibble/error.hpp>
 #include <nibble/log.hpp>
@@ -24,6 +25,7 @@
 
 #include "cli_options.hpp"
 #include "commands.hpp"
+#include "layer_io.hpp"
 #include "progress.hpp"
 
 namespace fs = std::filesystem;
@@ -332,7 +334,13 @@ int nibble_cmd_demo(int argc, char** argv) {
           }
           Buffer x = random_input(M, info.K, 1);
           Buffer y(M, info.N, x.t.dtype);
-          layer.forward(x.t, y.t);
+          nibble::cli::LayerIo io(layer.device_memory(), x.t, y.t);
+          layer.forward(io.x(), io.y());
+          io.finish();
+          auto run = [&] {
+            layer.forward(io.x(), io.y());
+            io.wait();
+          };
           auto w = ckpt.decode_linear(info.prefix);
           Result r{label, info.prefix, nibble::mode_name(mode), backend, layer.placement().kernel};
           r.error = rel_error(nibble::conformance::reference_linear(w, x.values(), M), y);
@@ -342,10 +350,10 @@ int nibble_cmd_demo(int argc, char** argv) {
             onednn.emplace(info.prefix, onednn_baseline(base, w, info.prefix));
           if (auto& dense = onednn.at(info.prefix)) {
             Buffer yd(M, info.N, x.t.dtype);
-            std::tie(r.seconds, r.onednn_seconds) = paired_median_seconds(
-                [&] { layer.forward(x.t, y.t); }, [&] { dense->forward(x.t, yd.t); });
+            std::tie(r.seconds, r.onednn_seconds) =
+                paired_median_seconds(run, [&] { dense->forward(x.t, yd.t); });
           } else {
-            r.seconds = median_seconds([&] { layer.forward(x.t, y.t); });
+            r.seconds = median_seconds(run);
           }
           results.push_back(r);
         }
@@ -362,14 +370,19 @@ int nibble_cmd_demo(int argc, char** argv) {
           Buffer y(M, info.hidden, x.t.dtype);
           std::vector<int32_t> ids;
           std::vector<float> wts;
-          moe.route(x.t, ids, wts);
-          moe.forward(x.t, y.t);
+          nibble::cli::LayerIo io(moe.device_memory(), x.t, y.t);
+          moe.route(io.x(), ids, wts);
+          moe.forward(io.x(), io.y());
+          io.finish();
           Result r{label, info.prefix + " (moe)", nibble::mode_name(mode), backend,
                    moe.placements()[1].kernel};
           r.error = rel_error(reference_moe(ckpt, info.prefix, x, M, moe.top_k(), ids, wts), y);
           r.bound = bound_of(moe.placements()[1]);
           r.ok = r.error <= r.bound;
-          r.seconds = median_seconds([&] { moe.forward(x.t, y.t); });
+          r.seconds = median_seconds([&] {
+            moe.forward(io.x(), io.y());
+            io.wait();
+          });
           results.push_back(r);
         }
       }

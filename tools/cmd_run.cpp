@@ -7,7 +7,6 @@
 #include <nibble/placement_text.hpp>
 #include <nibble/runtime.hpp>
 #include <nibble/safetensors.hpp>
-#include <nibble/sdk/host/device_staging.hpp>
 #include <nibble/untrusted_text.hpp>
 
 #include <fmt/core.h>
@@ -17,6 +16,7 @@
 
 #include "cli_options.hpp"
 #include "commands.hpp"
+#include "layer_io.hpp"
 
 namespace {
 
@@ -75,16 +75,13 @@ RunArgs parse(std::vector<std::string>& args) {
   return r;
 }
 
-// Run `forward(x, y, stream)` where the layer runs: on x and y themselves in host memory, or on
-// copies on `device` (y read back and the stream waited for).
+// Run `forward(x, y, stream)` where the layer runs (cli::LayerIo), y read back.
 template <class Forward>
 void run_where(const nibble::sdk::host::Device& device, const DLTensor& x, DLTensor& y,
                Forward&& forward) {
-  if (!device) return forward(x, y, nullptr);
-  nibble::sdk::host::StagedTensor x_on(device, x, nullptr), y_on(device, y, nullptr);
-  forward(x_on.tensor(), y_on.tensor(), nullptr);
-  y_on.download(y, nullptr);
-  device.synchronize(nullptr);
+  nibble::cli::LayerIo io(device, x, y);
+  forward(io.x(), io.y(), nullptr);
+  io.finish();
 }
 
 }  // namespace

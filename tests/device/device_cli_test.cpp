@@ -96,6 +96,28 @@ TEST(DeviceCli, RunOnTheDeviceReproducesTheFixtures) {
   }
 }
 
+TEST(DeviceCli, DemoRunsEveryLayerOnTheDevice) {
+  for (const char* dir : {"gptq_v1_sym_g128", "moe_gptq_e8_top2"}) {
+    const std::string data = std::string(NIBBLE_FIXTURES_DIR) + "/" + dir;
+    std::string said;
+    ASSERT_EQ(
+        run_cli("demo" + flags() + " --backend mockdev --model " + data + " --quiet --json", &said),
+        0)
+        << said;
+    const auto j = nlohmann::json::parse(said.substr(said.find('{')));
+    size_t ran = 0;
+    for (const auto& r : j.at("results")) {
+      EXPECT_EQ(r.at("backend"), "mockdev") << r.dump();
+      if (r.contains("not_run")) continue;  // w4a8: the mock implements w4a16 only
+      ++ran;
+      EXPECT_THAT(r.at("kernel").get<std::string>(), testing::MatchesRegex("mock_(linear|moe)"));
+      EXPECT_TRUE(r.at("within_bound").get<bool>()) << r.dump();
+      EXPECT_GT(r.at("seconds").get<double>(), 0) << r.dump();
+    }
+    EXPECT_GE(ran, 1u) << dir << ": " << said;
+  }
+}
+
 TEST(DeviceCli, RunWithTheDeviceSetToCpuTakesTheHostKernel) {
   const std::string data = std::string(NIBBLE_FIXTURES_DIR) + "/gptq_v1_sym_g128";
   const std::string out = (scratch("device_cli") / "cpu.st").string();
