@@ -114,7 +114,7 @@ struct LimitSamples {
 /// and after every other round samples the machine's limits on `threads` threads into `limits`:
 /// they are measured seconds apart from the timings they divide.
 template <class Round>
-void interleaved_rounds(const Options& o, int threads, const ReadBandwidth& bandwidth, bool amx,
+void interleaved_rounds(const Options& o, int threads, const BandwidthProbe& bandwidth, bool amx,
                         int mode, LimitSamples& limits, Round&& round) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {

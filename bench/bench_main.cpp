@@ -3,7 +3,9 @@
 // interleaved (A B A B …, cold weights rotated over copies totalling ≥ 2× the L3), and between them
 // samples the machine's read bandwidth and the AMX peak of the mode's tile type at that thread
 // count, so every ratio compares numbers taken seconds apart with the same threads. Prints a
-// table per thread count and the targets (targets.hpp) at the end; --json writes it all.
+// table per thread count and the targets (targets.hpp) at the end; --json writes it all. A
+// device backend is timed on its device against the device's copy bandwidth and its own dense
+// kernel (DenseBaseline).
 //
 // oneDNN runs on OpenMP (libgomp), whose workers spin for GOMP_SPINCOUNT iterations after each
 // parallel region unless OMP_WAIT_POLICY=passive was in the environment when libgomp loaded (it
@@ -52,25 +54,87 @@ std::string default_plugin_dir() {
   return exe.substr(0, exe.rfind('/')) + "/../lib/nibble/plugins";
 }
 
+// The dense baseline of a case, on the dequantized weight rounded to bf16, cycling over cold
+// copies: oneDNN's matmul for a CPU backend; for a device backend its own dense kernel on its
+// device (for cuda, cuBLAS), each call waited for.
+class DenseBaseline {
+ public:
+  DenseBaseline(const Plugin& plugin, const CanonicalWeight& w, size_t cold, int threads)
+      : plugin_(plugin), K_(w.K), N_(w.N), threads_(threads) {
+    const std::vector<float> d = dequantized(w);
+    const size_t one = size_t(K_ * N_) * 2;
+    const size_t copies = std::max<size_t>(2, (cold + one - 1) / one);
+    if (!plugin.device()) {
+      onednn_ = std::make_unique<OnednnMatmul>(d, K_, N_, int(copies), threads);
+      name_ = "oneDNN";
+      return;
+    }
+    std::string why;
+    const nibble_kernel* k = plugin.dense_kernel(K_, N_, &why);
+    if (!k) {
+      std::printf("%lldx%lld: no dense baseline on the device (%s)\n", (long long)K_, (long long)N_,
+                  why.c_str());
+      return;
+    }
+    std::vector<uint16_t> bf(d.size());
+    for (size_t i = 0; i < d.size(); ++i) bf[i] = sdk::f32_to_bf16(d[i]);
+    while (on_device_.size() < copies) on_device_.push_back(plugin.prepare_dense(k, bf, K_, N_));
+    name_ = k->name;
+  }
+  explicit operator bool() const { return onednn_ || !on_device_.empty(); }
+  /// "oneDNN" or the backend's dense kernel.
+  const std::string& name() const { return name_; }
+  bool on_device() const { return !on_device_.empty(); }
+  size_t weight_bytes() const {
+    return onednn_ ? onednn_->weight_bytes() : on_device_.empty() ? 0 : on_device_[0]->bytes();
+  }
+  /// y = x · W^T with the next copy; x and y where the backend's layers run.
+  void run(const uint16_t* x, uint16_t* y, int64_t M) {
+    if (onednn_) return onednn_->run(int(next_++ % size_t(onednn_->copies())), x, y, M);
+    on_device_[next_++ % on_device_.size()]->forward(x, y, M, K_, N_, threads_, ws_);
+    plugin_.synchronize();
+  }
+
+ private:
+  const Plugin& plugin_;
+  int64_t K_, N_;
+  int threads_;
+  std::string name_;
+  std::unique_ptr<OnednnMatmul> onednn_;
+  std::vector<std::unique_ptr<PreparedLinear>> on_device_;
+  sdk::host::Workspace ws_;
+  size_t next_ = 0;
+};
+
 // The linear bench at one thread count: every shape, mode and M, timed as the header says, with
 // the limits sampled at `threads` threads. Cases go to out["cases"], limits to `limits`.
 void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* other,
             const std::vector<CanonicalWeight>& weights, size_t cold, bool amx, nlohmann::json& out,
             RunLimits& run_limits) {
   const int mode_ids[2] = {NIBBLE_MODE_W4A16, NIBBLE_MODE_W4A8};
-  ReadBandwidth bandwidth(std::max<size_t>(cold, size_t(512) << 20), threads);
-  bandwidth.sample();  // first touch done; warm the page tables
-  std::printf("\nthreads %d (limits and oneDNN at %d threads too)\n", threads, threads);
+  // A device backend is held to its device's memory (a device-to-device copy), a CPU backend to
+  // the host's read bandwidth.
+  std::unique_ptr<BandwidthProbe> bandwidth;
+  if (plugin.device())
+    bandwidth = std::make_unique<DeviceCopyBandwidth>(plugin.device(),
+                                                      std::max<size_t>(cold / 2, size_t(64) << 20));
+  else
+    bandwidth = std::make_unique<ReadBandwidth>(std::max<size_t>(cold, size_t(512) << 20), threads);
+  bandwidth->sample();  // first touch done; warm the page tables
+  std::printf("\nthreads %d (limits and the dense baseline at %d threads too)\n", threads, threads);
+  if (plugin.device())
+    std::printf(
+        "on %s: %%BW of its device-to-device copy (read + write); dense baseline: the "
+        "backend's own dense kernel on the bf16 weight, on the device\n",
+        sdk::device_name(plugin.device().dl_device()).c_str());
   std::printf("%-12s %5s %-6s %-11s %22s %8s %8s %7s %7s %22s %8s\n", "KxN", "M", "mode", "kernel",
-              "median (min-max) us", "GB/s", "TFLOP/s", "%BW", "%peak", "oneDNN bf16 us",
-              "speedup");
+              "median (min-max) us", "GB/s", "TFLOP/s", "%BW", "%peak", "dense bf16 us", "speedup");
   for (const CanonicalWeight& w : weights) {
     const int64_t K = w.K, N = w.N;
-    std::unique_ptr<OnednnMatmul> dense;
+    std::unique_ptr<DenseBaseline> dense;
     if (o.onednn) {
-      const size_t one = size_t(K * N) * 2;
-      const int copies = int(std::max<size_t>(2, (cold + one - 1) / one));
-      dense = std::make_unique<OnednnMatmul>(dequantized(w), K, N, copies, threads);
+      dense = std::make_unique<DenseBaseline>(plugin, w, cold, threads);
+      if (!*dense) dense.reset();
     }
     for (const std::string& mode_name : o.modes) {
       const int mode = mode_name == "w4a16" ? mode_ids[0] : mode_ids[1];
@@ -109,26 +173,27 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         std::vector<uint16_t> y(size_t(M * N)), yd(size_t(M * N));
         // x and y where the plugin's layers run (its device, for a device plugin); a call is timed
         // until its work is done.
-        const LayerMemory xm(plugin, x.data(), x.size() * 2), ym(plugin, y.data(), y.size() * 2);
+        const LayerMemory xm(plugin, x.data(), x.size() * 2), ym(plugin, y.data(), y.size() * 2),
+            ydm(plugin, yd.data(), yd.size() * 2);
         auto run_layer = [&](size_t i) {
           layers[i]->forward(xm.as<uint16_t>(), ym.as<uint16_t>(), M, K, N, threads, ws);
           plugin.synchronize();
         };
-        size_t ck = 0, cd = 0;
+        size_t ck = 0;
         run_layer(ck++ % copies);  // warm-up
-        if (dense) dense->run(int(cd++), x.data(), yd.data(), M);
+        auto run_dense = [&] { dense->run(xm.as<uint16_t>(), ydm.as<uint16_t>(), M); };
+        if (dense) run_dense();
         std::vector<uint16_t> yr(size_t(M * N));
         if (with_ref)
           ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, threads,
                                                         ws_ref);
         std::vector<double> tk, td, ratio, tr, ratio_ref;
         LimitSamples limits;
-        interleaved_rounds(o, threads, bandwidth, amx, mode, limits, [&] {
+        interleaved_rounds(o, threads, *bandwidth, amx, mode, limits, [&] {
           const double a = seconds_per_call(o.burst, [&] { run_layer(ck++ % copies); });
           tk.push_back(a);
           if (dense) {
-            const double b =
-                seconds_per_call(o.burst, [&] { dense->run(int(cd++), x.data(), yd.data(), M); });
+            const double b = seconds_per_call(o.burst, run_dense);
             td.push_back(b);
             ratio.push_back(b / a);
           }
@@ -182,11 +247,17 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         if (amx) {
           limits.put_amx(c, mode, tflops);
         }
-        if (dense) {
+        if (dense && !dense->on_device()) {
           c["onednn_bf16_seconds"] = to_json(sd);
           c["onednn_weight_bytes"] = dense->weight_bytes();
           c["speedup_onednn"] = to_json(sr);
+        } else if (dense) {
+          c["dense_kernel"] = dense->name();
+          c["dense_bf16_seconds"] = to_json(sd);
+          c["dense_weight_bytes"] = dense->weight_bytes();
+          c["speedup_dense"] = to_json(sr);
         }
+        if (plugin.device()) c["device"] = sdk::device_name(plugin.device().dl_device());
         if (with_ref) {
           c["baseline_backend"] = o.baseline;
           c["baseline_kernel"] = ref_kernel->name;
@@ -206,7 +277,8 @@ int run_linear(const Options& o) {
   Plugin plugin(o.plugin_dir, o.backend, o.threads.back());
   const size_t l3 = l3_bytes();
   const size_t cold = cold_bytes_of(o, l3);
-  const bool amx = amx_usable();
+  // The host's AMX peaks say nothing about a device backend.
+  const bool amx = amx_usable() && !plugin.device();
   std::printf("backend %s: %s\n", o.backend.c_str(), plugin.probe_detail().c_str());
   std::printf(
       "threads %s, L3 %.0f MiB, cold rotation over >= %.0f MiB of weight copies, %d calls per "
@@ -228,6 +300,8 @@ int run_linear(const Options& o) {
   for (auto [K, N] : o.shapes)
     weights.push_back(random_weight(K, N, o.bits, o.group, uint32_t(K * 31 + N)));
   nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
+  // read_gbps is then the device's copy bandwidth (read + write), not the host's reads.
+  if (plugin.device()) out["device"] = sdk::device_name(plugin.device().dl_device());
   LimitsByThreads limits;
   for (int threads : o.threads)
     run_at(o, threads, plugin, other.get(), weights, cold, amx, out, limits[threads]);
@@ -258,8 +332,8 @@ int finish_run(nlohmann::json& out, const Options& o, const LimitsByThreads& by_
       l["amx_int8_loaded_tops"] = to_json(stats(limits.int8_loaded));
     }
     const Stats b = stats(limits.bandwidth);
-    std::printf("\nmachine at %d threads, over the run: read %.1f GB/s (%.1f-%.1f)", threads,
-                b.median, b.min, b.max);
+    std::printf("\nmachine at %d threads, over the run: %s %.1f GB/s (%.1f-%.1f)", threads,
+                out.contains("device") ? "device copy" : "read", b.median, b.min, b.max);
     if (amx) {
       const Stats p16 = stats(limits.bf16), p8 = stats(limits.int8);
       const Stats l16 = stats(limits.bf16_loaded), l8 = stats(limits.int8_loaded);

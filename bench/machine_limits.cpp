@@ -113,4 +113,19 @@ double ReadBandwidth::sample() const {
   return double(words_) * 8 / s / 1e9;
 }
 
+DeviceCopyBandwidth::DeviceCopyBandwidth(const sdk::host::Device& device, size_t bytes)
+    : device_(device), from_(device.alloc(bytes)), to_(device.alloc(bytes)) {
+  // Both buffers touched once, so the first sample pays for no lazy allocation.
+  device_.copy(to_.get(), from_.get(), bytes, NIBBLE_COPY_DEVICE_TO_DEVICE, nullptr);
+  device_.synchronize(nullptr);
+}
+
+double DeviceCopyBandwidth::sample() const {
+  const auto t0 = std::chrono::steady_clock::now();
+  device_.copy(to_.get(), from_.get(), from_.size(), NIBBLE_COPY_DEVICE_TO_DEVICE, nullptr);
+  device_.synchronize(nullptr);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * double(from_.size()) / s / 1e9;
+}
+
 }  // namespace nibble::bench

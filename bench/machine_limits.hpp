@@ -4,6 +4,8 @@
 // minute ago means little).
 #pragma once
 
+#include <nibble/sdk/host/device.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,18 +21,39 @@ size_t l3_bytes();
 /// its probe's to say (Plugin::probe_detail), and the bench reports that, never this.
 bool amx_usable();
 
+/// A memory-bandwidth probe the bench samples between rounds.
+class BandwidthProbe {
+ public:
+  virtual ~BandwidthProbe() = default;
+  /// One measurement, GB/s.
+  virtual double sample() const = 0;
+};
+
 /// A read-bandwidth probe over a buffer first-touched by the threads that read it.
-class ReadBandwidth {
+class ReadBandwidth final : public BandwidthProbe {
  public:
   ReadBandwidth(size_t bytes, int threads);
-  ~ReadBandwidth();
+  ~ReadBandwidth() override;
   /// One pass over the whole buffer with `threads` threads, 4 streams each; GB/s.
-  double sample() const;
+  double sample() const override;
 
  private:
   uint64_t* data_ = nullptr;
   size_t words_ = 0;
   int threads_ = 1;
+};
+
+/// A device's memory bandwidth: one device-to-device copy of `bytes` through the plugin's device
+/// memory, timed to its synchronize, counting the bytes read and written (as STREAM's copy does).
+/// A kernel that mostly reads its weights is compared against this.
+class DeviceCopyBandwidth final : public BandwidthProbe {
+ public:
+  DeviceCopyBandwidth(const sdk::host::Device& device, size_t bytes);
+  double sample() const override;
+
+ private:
+  sdk::host::Device device_;
+  sdk::host::DeviceBuffer from_, to_;
 };
 
 /// Register-only TDPBF16PS / TDPBSSD loops (random operands) on `threads` threads for about

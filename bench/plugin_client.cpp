@@ -169,6 +169,38 @@ std::unique_ptr<PreparedMoe> Plugin::prepare_moe(const nibble_kernel* k, const M
       device_.dl_device());
 }
 
+namespace {
+nibble_dense_weight dense_weight(const uint16_t* w, int64_t K, int64_t N) {
+  nibble_dense_weight d{};
+  d.struct_size = sizeof d;
+  d.K = K;
+  d.N = N;
+  d.data = w;
+  d.dtype = sdk::dtype_bf16();
+  return d;
+}
+
+nibble_layer_desc dense_desc(const nibble_dense_weight& w, DLDevice device) {
+  nibble_layer_desc d = sdk::host::dense_desc(w, "bench.dense", NIBBLE_DTYPE_BF16);
+  sdk::host::set_layer_device(d, device);
+  return d;
+}
+}  // namespace
+
+const nibble_kernel* Plugin::dense_kernel(int64_t K, int64_t N, std::string* why) const {
+  const uint16_t none = 0;
+  return best_kernel(dense_desc(dense_weight(&none, K, N), device_.dl_device()), why);
+}
+
+std::unique_ptr<PreparedLinear> Plugin::prepare_dense(const nibble_kernel* k,
+                                                      const std::vector<uint16_t>& w, int64_t K,
+                                                      int64_t N) const {
+  const nibble_dense_weight view = dense_weight(w.data(), K, N);
+  return std::make_unique<PreparedLinear>(
+      prepare_or_throw(k, dense_desc(view, device_.dl_device()), sdk::host::dense_input(view)),
+      device_.dl_device());
+}
+
 void PreparedMoe::forward(const uint16_t* x, const int32_t* ids, const float* weights, uint16_t* y,
                           int64_t M, int64_t K, int64_t top_k, int threads,
                           sdk::host::Workspace& workspace, void* stream) const {

@@ -90,6 +90,12 @@ class Plugin {
   std::unique_ptr<PreparedMoe> prepare_moe(const nibble_kernel* k, const MoeShape& s,
                                            const CanonicalWeight& w13, const CanonicalWeight& w2,
                                            int mode) const;
+  /// The highest-priority dense kernel for a bf16 weight [N][K] (on the plugin's device), or null.
+  const nibble_kernel* dense_kernel(int64_t K, int64_t N, std::string* why) const;
+  /// A dense layer over the bf16 weight `w` [N][K] (the plugin keeps its own copy).
+  std::unique_ptr<PreparedLinear> prepare_dense(const nibble_kernel* k,
+                                                const std::vector<uint16_t>& w, int64_t K,
+                                                int64_t N) const;
 
  private:
   sdk::host::LoadedPlugin plugin_;

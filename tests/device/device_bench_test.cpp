@@ -1,0 +1,50 @@
+// `nibble bench` on a device backend (the mock): layers and activations on the device, every
+// sample waited for, the device's copy bandwidth as the memory limit and the backend's own dense
+// kernel as the baseline instead of oneDNN.
+#include "bench_cli.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+TEST(DeviceBench, TimesTheDeviceAgainstItsCopyBandwidthAndItsOwnDenseKernel) {
+  const fs::path json = fs::temp_directory_path() / "nibble_device_bench_test.json";
+  fs::remove(json);
+  ASSERT_EQ(nibble::test::bench({"--plugin-dir",  NIBBLE_MOCKDEV_DIR,
+                                 "--backend",     "mockdev",
+                                 "--shapes",      "256x256",
+                                 "--m",           "1,16",
+                                 "--threads",     "1",
+                                 "--rounds",      "3",
+                                 "--min-seconds", "0",
+                                 "--cold-mib",    "4",
+                                 "--burst",       "2",
+                                 "--modes",       "w4a16",
+                                 "--baseline",    "none",
+                                 "--no-warm",     "--json",
+                                 json.string()}),
+            0);
+  const nlohmann::json out = nibble::test::read_json(json);
+  fs::remove(json);
+  EXPECT_EQ(out.at("device"), "ext_dev:0");
+  ASSERT_EQ(out.at("cases").size(), 2u);
+  for (const auto& c : out.at("cases")) {
+    EXPECT_EQ(c.at("kernel"), "mock_linear");
+    EXPECT_EQ(c.at("device"), "ext_dev:0");
+    EXPECT_EQ(c.at("dense_kernel"), "mock_dense");
+    EXPECT_GT(c.at("dense_bf16_seconds").at("median").get<double>(), 0);
+    EXPECT_GT(c.at("speedup_dense").at("median").get<double>(), 0);
+    EXPECT_FALSE(c.contains("speedup_onednn")) << "oneDNN runs on the host, not on the device";
+    EXPECT_FALSE(c.contains("amx_bf16_tflops"));
+    EXPECT_GT(c.at("read_gbps").at("median").get<double>(), 0);
+    EXPECT_GT(c.at("seconds").at("median").get<double>(), 0);
+  }
+}
+
+}  // namespace
