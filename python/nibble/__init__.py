@@ -8,9 +8,9 @@
     q = rt.linear(ck, "model.layers.0.self_attn.q_proj")
     y = q(x)                                                # x: torch, numpy or any DLPack tensor
 
-Tensors cross by DLPack without a copy; a forward releases the GIL. ``nibble.torch`` (imported
-on demand, it needs torch) has ``QuantLinear``, ``replace_linear`` and the ``torch.ops.nibble``
-custom ops. See docs/python.md.
+Tensors cross without a copy (by DLPack; numpy arrays, read-only ones too, by the buffer
+protocol); a forward releases the GIL. ``nibble.torch`` (imported on demand, it needs torch) has
+``QuantLinear``, ``replace_linear`` and the ``torch.ops.nibble`` custom ops. See docs/python.md.
 """
 
 from ._nibble import (  # noqa: F401

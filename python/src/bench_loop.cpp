@@ -1,6 +1,6 @@
 // The C++ baseline of bench/python_overhead.py: the same forward as LinearLayer.__call__, n times
 // from C++ with the tensors imported once, so the difference per call is what Python adds. Also
-// the introspection hook the zero-copy tests read.
+// the introspection hooks the zero-copy tests read.
 #include <nibble/runtime.hpp>
 
 #include <chrono>
@@ -36,6 +36,16 @@ void bind_bench(py::module_& m) {
       "(x, out): the data addresses the calling thread's last layer call handed to the C++ "
       "forward (for tests: equal to the caller's tensors' data pointers when nothing was "
       "copied).");
+  m.def(
+      "_last_build_pointers",
+      [] {
+        py::dict d;
+        for (const auto& [name, address] : last_build_pointers()) d[py::str(name)] = address;
+        return d;
+      },
+      "{name: data address} of the tensors the calling thread's last linear_from_tensors, "
+      "moe_from_tensors or dense call handed to the C++ API (for tests: equal to the caller's "
+      "tensors' data pointers when nothing was copied).");
 }
 
 }  // namespace nibble::python

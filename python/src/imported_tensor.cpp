@@ -3,7 +3,12 @@
 #include <nibble/error.hpp>
 #include <nibble/sdk/device.hpp>
 
+#include <bit>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "tensor_text.hpp"
 
@@ -72,6 +77,106 @@ py::handle torch_to_dlpack(py::handle obj) {
   return type == tensor_type || type == parameter_type ? py::handle(to_dlpack) : py::handle();
 }
 
+// numpy.ndarray, and the subclasses that keep its export (numpy.memmap, numpy.matrix): numpy is
+// looked up in sys.modules only, never imported, and its type kept once found. A subclass that
+// defines its own __dlpack__ takes the protocol, as torch's subclasses do.
+bool is_numpy_array(py::handle obj) {
+  static PyTypeObject* ndarray = nullptr;
+  static PyObject* ndarray_dlpack = nullptr;
+  if (!ndarray) {
+    PyObject* numpy = PyDict_GetItemString(PySys_GetObject("modules"), "numpy");
+    if (!numpy || numpy == Py_None) return false;
+    py::object type = py::getattr(numpy, "ndarray", py::none());
+    if (!PyType_Check(type.ptr())) return false;
+    ndarray_dlpack = py::getattr(type, "__dlpack__", py::none()).release().ptr();
+    ndarray = reinterpret_cast<PyTypeObject*>(type.release().ptr());
+  }
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  if (type == ndarray) return true;
+  if (!PyType_IsSubtype(type, ndarray)) return false;
+  return py::getattr(py::handle(reinterpret_cast<PyObject*>(type)), "__dlpack__", py::none())
+      .is(py::handle(ndarray_dlpack));
+}
+
+// The DLPack type of a buffer's element (its struct-module format and size), as numpy's own
+// DLPack export types the same dtypes; none for what DLPack cannot describe (bool, another byte
+// order, records).
+std::optional<DLDataType> buffer_dtype(const char* format, Py_ssize_t itemsize) {
+  std::string_view f = format ? format : "B";
+  const char native = std::endian::native == std::endian::little ? '<' : '>';
+  if (!f.empty() && (f[0] == '@' || f[0] == '=' || f[0] == native)) f.remove_prefix(1);
+  if (itemsize <= 0 || itemsize > 16) return std::nullopt;
+  const auto bits = uint8_t(itemsize * 8);
+  if (f.size() == 1 && std::string_view("efdg").find(f[0]) != std::string_view::npos)
+    return DLDataType{kDLFloat, bits, 1};
+  if (f.size() == 1 && std::string_view("bhilqn").find(f[0]) != std::string_view::npos)
+    return DLDataType{kDLInt, bits, 1};
+  if (f.size() == 1 && std::string_view("BHILQN").find(f[0]) != std::string_view::npos)
+    return DLDataType{kDLUInt, bits, 1};
+  if (f.size() == 2 && f[0] == 'Z' && (f[1] == 'f' || f[1] == 'd'))
+    return DLDataType{kDLComplex, bits, 1};
+  return std::nullopt;
+}
+
+// What a buffer import's managed tensor holds: the buffer (and through it the array) and the
+// shape and strides in DLPack's units.
+struct BufferExport {
+  DLManagedTensor managed{};
+  Py_buffer view{};  // obj stays null until the buffer is taken, so the release is always right
+  std::vector<int64_t> shape, strides;
+  ~BufferExport() { PyBuffer_Release(&view); }
+};
+
+void delete_buffer_export(DLManagedTensor* m) { delete static_cast<BufferExport*>(m->manager_ctx); }
+
+// A numpy array by the buffer protocol rather than by its __dlpack__, which numpy 1.24 refuses for
+// read-only arrays (np.frombuffer over bytes, a memmap opened "r"): the buffer protocol says
+// read-only with a flag, so an input the layers only read is taken where it lies, and an output is
+// refused by name.
+DLManagedTensor* import_numpy(py::handle obj, const char* what, bool written) {
+  auto e = std::make_unique<BufferExport>();
+  if (PyObject_GetBuffer(obj.ptr(), &e->view, written ? PyBUF_RECORDS : PyBUF_RECORDS_RO) != 0) {
+    const py::error_already_set error;
+    if (written && !py::getattr(obj, "flags").attr("writeable").cast<bool>())
+      throw InvalidArgument(std::string(what) +
+                            " is a read-only numpy array; nibble writes the output there: pass a "
+                            "writable array (numpy.empty, or a .copy())");
+    throw InvalidArgument(std::string(what) + " (numpy dtype " +
+                          std::string(py::str(py::getattr(obj, "dtype"))) +
+                          "): numpy's buffer export failed: " + producer_message(error));
+  }
+  const Py_buffer& v = e->view;
+  const std::optional<DLDataType> dtype = buffer_dtype(v.format, v.itemsize);
+  if (!dtype)
+    throw InvalidArgument(std::string(what) + " has numpy dtype " +
+                          std::string(py::str(py::getattr(obj, "dtype"))) +
+                          ", which DLPack has no type for (nibble takes integers and floats in "
+                          "native byte order)");
+  e->shape.assign(v.shape, v.shape + v.ndim);
+  e->strides.resize(size_t(v.ndim));
+  for (int d = 0; d < v.ndim; ++d) {
+    // DLPack counts strides in elements; a field of a record array steps by the record instead.
+    if (v.strides[d] % v.itemsize != 0)
+      throw InvalidArgument(std::string(what) + " (shape " + shape_text(e->shape) +
+                            ", byte strides " +
+                            shape_text(std::vector<int64_t>(v.strides, v.strides + v.ndim)) +
+                            ") does not step by whole elements of " + std::to_string(v.itemsize) +
+                            " bytes; pass a contiguous array (numpy.ascontiguousarray)");
+    e->strides[d] = v.strides[d] / v.itemsize;
+  }
+  DLTensor& t = e->managed.dl_tensor;
+  t.data = v.buf;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = v.ndim;
+  t.dtype = *dtype;
+  t.shape = e->shape.data();
+  t.strides = e->strides.data();
+  t.byte_offset = 0;
+  e->managed.manager_ctx = e.get();
+  e->managed.deleter = &delete_buffer_export;
+  return &e.release()->managed;
+}
+
 }  // namespace
 
 ImportedTensor ImportedTensor::from(py::handle obj, const char* what, bool written) {
@@ -95,6 +200,7 @@ ImportedTensor ImportedTensor::from(py::handle obj, const char* what, bool writt
     if (!sdk::is_cpu_memory(device)) throw_not_cpu(what, device);
     return imported;
   }
+  if (is_numpy_array(obj)) return ImportedTensor(import_numpy(obj, what, written));
   py::object export_fn = py::getattr(obj, "__dlpack__", py::none());
   if (export_fn.is_none())
     throw InvalidArgument(std::string(what) +

@@ -76,4 +76,9 @@ void record_call(const DLTensor& x, const DLTensor& out) {
   p.out = reinterpret_cast<uintptr_t>(out.data);
 }
 
+std::vector<std::pair<std::string, uintptr_t>>& last_build_pointers() {
+  thread_local std::vector<std::pair<std::string, uintptr_t>> pointers;
+  return pointers;
+}
+
 }  // namespace nibble::python

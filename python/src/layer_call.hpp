@@ -11,6 +11,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "imported_tensor.hpp"
 #include "row_view.hpp"
@@ -68,5 +70,10 @@ struct LastCallPointers {
 LastCallPointers& last_call_pointers();
 /// Record x and the output of a call about to run.
 void record_call(const DLTensor& x, const DLTensor& out);
+
+/// The data addresses of the tensors the calling thread's last linear_from_tensors,
+/// moe_from_tensors or dense call handed to the C++ API, by the names its errors give them
+/// ("qweight", "w13.scales", "router"): for tests that check no tensor was copied on the way in.
+std::vector<std::pair<std::string, uintptr_t>>& last_build_pointers();
 
 }  // namespace nibble::python

@@ -12,6 +12,7 @@
 
 #include "bindings.hpp"
 #include "imported_tensor.hpp"
+#include "layer_call.hpp"
 #include "row_view.hpp"
 #include "tensor_text.hpp"
 
@@ -22,12 +23,16 @@ namespace {
 // The imports behind a call's DLTensor pointers, kept until the call returns.
 class TensorImports {
  public:
+  TensorImports() { last_build_pointers().clear(); }
+
   /// The DLTensor of `obj` (named `what`), or nullptr for None.
   const DLTensor* add(py::handle obj, const std::string& what) {
     if (obj.is_none()) return nullptr;
     names_.push_back(what);
     imports_.push_back(ImportedTensor::from(obj, names_.back().c_str()));
-    return &imports_.back().tensor();
+    const DLTensor& t = imports_.back().tensor();
+    last_build_pointers().emplace_back(what, reinterpret_cast<uintptr_t>(t.data) + t.byte_offset);
+    return &t;
   }
 
  private:
