@@ -174,7 +174,6 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
   const size_t plane_bytes = size_t(most_tiles) * NP * kBTile;
   uint8_t* bufs = aligned_scratch<uint8_t>(bmem, 2 * plane_bytes * size_t(PL));
   auto b_of = [&](size_t ci) { return bufs + (ci & 1) * plane_bytes * size_t(PL); };
-  __m512 s[2][NP], zt[2][NP];
   auto unpack_chunk = [&](size_t ci) {
     const Chunk& ch = w.a16_chunks[ci];
     uint8_t* b = b_of(ci);
@@ -183,18 +182,18 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
         for (int j = 0; j < NP; ++j)
           unpack_bf16_tile(w.tile(p + j, ch.tile0 + t) + l * kTileBytes,
                            b + l * plane_bytes + size_t(t * NP + j) * kBTile);
-    for (int j = 0; j < NP; ++j) {
-      s[ci & 1][j] = load_scale(w, p + j, ch.group);
-      zt[ci & 1][j] = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, ch.group)),
-                                    _mm512_set1_ps(offset));
-    }
   };
   auto epilogue = [&](size_t ci, int64_t blk, int slot) {
     const int64_t mb = m0 + blk * kBlockRows;
     const float* c0 = cbuf[slot][0];
     const float* c1 = cbuf[slot][1];
-    const __m512* sc = s[ci & 1];
-    const __m512* zc = zt[ci & 1];
+    const int32_t group = w.a16_chunks[ci].group;
+    __m512 sc[NP], zc[NP];
+    for (int j = 0; j < NP; ++j) {
+      sc[j] = load_scale(w, p + j, group);
+      zc[j] = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, group)),
+                            _mm512_set1_ps(offset));
+    }
     const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
     for (int64_t r = 0; r < live; ++r) {
       const __m512 xs = _mm512_set1_ps(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
@@ -219,12 +218,12 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
       const int64_t mb = m0 + blk * kBlockRows;
       const uint8_t* a = reinterpret_cast<const uint8_t*>(
           call.x.x + size_t(mb) * size_t(call.x.stride) + size_t(ch.tile0) * kTileK);
+      // The next chunk's B tiles first: this chunk's were stored a whole unpacking earlier, so
+      // their tile loads need not wait for the stores to reach L1.
+      if (blk == 0 && ci + 1 < chunks) unpack_chunk(ci + 1);
       for (int l = 0; l < PL; ++l)
         tile_block_bf16<NP, MB>(a, a_stride, b + l * plane_bytes, ch.ntiles, cbuf[step & 1][l]);
-      // The previous step's epilogue comes first: the next chunk's unpacking overwrites the
-      // scales of the chunk before this one, which that epilogue may still need.
       if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
-      if (blk == blocks - 1 && ci + 1 < chunks) unpack_chunk(ci + 1);
       last_ci = ci;
       last_blk = blk;
     }
