@@ -144,6 +144,15 @@ void start_with_bias(const PackedLinear& w, int64_t p, int64_t rows, float* out)
     for (int j = 0; j < NP; ++j) _mm512_store_ps(out + r * 32 + 16 * j, load_bias(w, p + j));
 }
 
+// The tile work of a pair runs as a sequence of steps, one per (chunk, row block) in that order.
+// A step issues its tile products, then does the vector work of others while the tile unit
+// runs: the epilogue of the step before (its C tiles are done by then) and, at a chunk's last
+// block, the unpacking of the next chunk's B tiles (into the other half of a double buffer).
+// So the tile unit's latency is hidden at any M, including the single row block of M ≤ 16,
+// where each chunk used to wait for its own products before the next chunk's unpacking began.
+// A step's C tiles are staged in cbuf[step parity]; the epilogue reads what the previous step
+// stored, and the step after next overwrites it only after that epilogue in program order.
+
 template <int NP, int MB>
 void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<uint8_t>& bmem,
               std::vector<uint8_t>& omem) {
@@ -152,57 +161,74 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
   const int64_t rows = m1 - m0;
   constexpr int64_t kBlockRows = 16 * MB;
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  const size_t chunks = w.a16_chunks.size();
+  if (blocks == 0) return;
   float* out = aligned_scratch<float>(omem, size_t(blocks * kBlockRows) * 32 * 4);
   start_with_bias<NP>(w, p, blocks * kBlockRows, out);
-  // C staging, [block parity][plane]: block b's tile products are issued before block b−1's
-  // epilogue, so the vector work overlaps the tile unit's instead of waiting for it.
-  alignas(64) float cbuf[2][2][32 * 32];
+  alignas(64) float cbuf[2][2][32 * 32];  // [step parity][plane]
   const float offset = a16_weight_offset(PL);
   const int64_t a_stride = call.x.stride * 2;
-  for (size_t ci = 0; ci < w.a16_chunks.size(); ++ci) {
+  // B tiles of two chunks, [chunk parity][plane][tile][panel][1 KB], and their scales and zeros.
+  int32_t most_tiles = 0;
+  for (const Chunk& ch : w.a16_chunks) most_tiles = std::max(most_tiles, ch.ntiles);
+  const size_t plane_bytes = size_t(most_tiles) * NP * kBTile;
+  uint8_t* bufs = aligned_scratch<uint8_t>(bmem, 2 * plane_bytes * size_t(PL));
+  auto b_of = [&](size_t ci) { return bufs + (ci & 1) * plane_bytes * size_t(PL); };
+  auto unpack_chunk = [&](size_t ci) {
     const Chunk& ch = w.a16_chunks[ci];
-    // B tiles for the chunk: [plane][tile][panel][1 KB].
-    const size_t plane_bytes = size_t(ch.ntiles) * NP * kBTile;
-    uint8_t* b = aligned_scratch<uint8_t>(bmem, plane_bytes * PL);
+    uint8_t* b = b_of(ci);
     for (int l = 0; l < PL; ++l)
       for (int32_t t = 0; t < ch.ntiles; ++t)
         for (int j = 0; j < NP; ++j)
           unpack_bf16_tile(w.tile(p + j, ch.tile0 + t) + l * kTileBytes,
                            b + l * plane_bytes + size_t(t * NP + j) * kBTile);
-    __m512 s[NP], zt[NP];
+  };
+  auto epilogue = [&](size_t ci, int64_t blk, int slot) {
+    const int64_t mb = m0 + blk * kBlockRows;
+    const float* c0 = cbuf[slot][0];
+    const float* c1 = cbuf[slot][1];
+    const int32_t group = w.a16_chunks[ci].group;
+    __m512 sc[NP], zc[NP];
     for (int j = 0; j < NP; ++j) {
-      s[j] = load_scale(w, p + j, ch.group);
-      zt[j] = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, ch.group)),
+      sc[j] = load_scale(w, p + j, group);
+      zc[j] = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, group)),
                             _mm512_set1_ps(offset));
     }
-    auto epilogue = [&](int64_t blk) {
-      const int64_t mb = m0 + blk * kBlockRows;
-      const float* c0 = cbuf[blk & 1][0];
-      const float* c1 = cbuf[blk & 1][1];
-      const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
-      for (int64_t r = 0; r < live; ++r) {
-        const __m512 xs = _mm512_set1_ps(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
-        float* o = out + (blk * kBlockRows + r) * 32;
-        for (int j = 0; j < NP; ++j) {
-          __m512 c = _mm512_load_ps(c0 + r * 32 + 16 * j);
-          if (PL == 2)
-            c = _mm512_fmadd_ps(_mm512_load_ps(c1 + r * 32 + 16 * j), _mm512_set1_ps(16.f), c);
-          const __m512 v =
-              _mm512_fmadd_ps(s[j], _mm512_fnmadd_ps(zt[j], xs, c), _mm512_load_ps(o + 16 * j));
-          _mm512_store_ps(o + 16 * j, v);
-        }
+    const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
+    for (int64_t r = 0; r < live; ++r) {
+      const __m512 xs = _mm512_set1_ps(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
+      float* o = out + (blk * kBlockRows + r) * 32;
+      for (int j = 0; j < NP; ++j) {
+        __m512 c = _mm512_load_ps(c0 + r * 32 + 16 * j);
+        if (PL == 2)
+          c = _mm512_fmadd_ps(_mm512_load_ps(c1 + r * 32 + 16 * j), _mm512_set1_ps(16.f), c);
+        const __m512 v =
+            _mm512_fmadd_ps(sc[j], _mm512_fnmadd_ps(zc[j], xs, c), _mm512_load_ps(o + 16 * j));
+        _mm512_store_ps(o + 16 * j, v);
       }
-    };
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    }
+  };
+  if (chunks > 0) unpack_chunk(0);
+  size_t step = 0, last_ci = 0;
+  int64_t last_blk = 0;
+  for (size_t ci = 0; ci < chunks; ++ci) {
+    const Chunk& ch = w.a16_chunks[ci];
+    const uint8_t* b = b_of(ci);
+    for (int64_t blk = 0; blk < blocks; ++blk, ++step) {
       const int64_t mb = m0 + blk * kBlockRows;
       const uint8_t* a = reinterpret_cast<const uint8_t*>(
           call.x.x + size_t(mb) * size_t(call.x.stride) + size_t(ch.tile0) * kTileK);
+      // The next chunk's B tiles first: this chunk's were stored a whole unpacking earlier, so
+      // their tile loads need not wait for the stores to reach L1.
+      if (blk == 0 && ci + 1 < chunks) unpack_chunk(ci + 1);
       for (int l = 0; l < PL; ++l)
-        tile_block_bf16<NP, MB>(a, a_stride, b + l * plane_bytes, ch.ntiles, cbuf[blk & 1][l]);
-      if (blk > 0) epilogue(blk - 1);
+        tile_block_bf16<NP, MB>(a, a_stride, b + l * plane_bytes, ch.ntiles, cbuf[step & 1][l]);
+      if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
+      last_ci = ci;
+      last_blk = blk;
     }
-    if (blocks > 0) epilogue(blocks - 1);
   }
+  if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
   for (int64_t m = m0; m < std::min(m1, call.M); ++m)
     for (int j = 0; j < NP; ++j)
       store16(call.y, m, (p + j) * kPanel, _mm512_load_ps(out + (m - m0) * 32 + 16 * j));
@@ -215,66 +241,85 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
   const int64_t rows = m1 - m0;
   constexpr int64_t kBlockRows = 16 * MB;
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  const size_t chunks = w.a8_chunks.size();
+  if (blocks == 0) return;
   float* out = aligned_scratch<float>(omem, size_t(blocks * kBlockRows) * 32 * 4);
   start_with_bias<NP>(w, p, blocks * kBlockRows, out);
-  // C staging per block parity: block b's tile products are issued before block b−1's epilogue.
-  alignas(64) int32_t cbuf[2][32 * 32];
+  alignas(64) int32_t cbuf[2][32 * 32];  // [step parity]
   const int64_t a_stride = call.x.stride;
-  for (size_t ci = 0; ci < w.a8_chunks.size(); ++ci) {
+  // 4-bit: B = q − z (signed), TDPBSSD, no correction. 8-bit: B = q (unsigned), TDPBSUD, and
+  // z·Σqa subtracted in the epilogue.
+  const bool is_signed = w.planes == 1;
+  // B tiles hold two k-tiles (K = 64); an odd last k-tile leaves its second half zero, so the
+  // A tile's overhang into the next chunk multiplies zeros. Two chunks' worth, by chunk parity.
+  int32_t most_steps = 0;
+  for (const Chunk& ch : w.a8_chunks) most_steps = std::max(most_steps, (ch.ntiles + 1) / 2);
+  const size_t chunk_bytes = size_t(most_steps) * NP * kBTile;
+  uint8_t* bufs = aligned_scratch<uint8_t>(bmem, 2 * chunk_bytes);
+  auto b_of = [&](size_t ci) { return bufs + (ci & 1) * chunk_bytes; };
+  __m512 s[2][NP];
+  __m512i z[2][NP];
+  auto unpack_chunk = [&](size_t ci) {
     const Chunk& ch = w.a8_chunks[ci];
-    // B tiles hold two k-tiles (K = 64); an odd last k-tile leaves its second half zero, so the
-    // A tile's overhang into the next chunk multiplies zeros.
+    uint8_t* b = b_of(ci);
     const int steps = (ch.ntiles + 1) / 2;
-    uint8_t* b = aligned_scratch<uint8_t>(bmem, size_t(steps * NP) * kBTile);
-    std::memset(b, 0, size_t(steps * NP) * kBTile);
-    __m512 s[NP];
-    __m512i z[NP];
+    if (ch.ntiles % 2) std::memset(b, 0, size_t(steps * NP) * kBTile);
     for (int j = 0; j < NP; ++j) {
-      s[j] = load_scale(w, p + j, ch.group);
-      z[j] = load_zero_i32(w, p + j, ch.group);
+      s[ci & 1][j] = load_scale(w, p + j, ch.group);
+      z[ci & 1][j] = load_zero_i32(w, p + j, ch.group);
     }
-    // 4-bit: B = q − z (signed), TDPBSSD, no correction. 8-bit: B = q (unsigned), TDPBSUD, and
-    // z·Σqa subtracted in the epilogue.
-    const bool is_signed = w.planes == 1;
     for (int32_t t = 0; t < ch.ntiles; ++t)
       for (int j = 0; j < NP; ++j) {
         uint8_t* dst = b + size_t((t / 2) * NP + j) * kBTile + (t % 2) * 512;
         if (is_signed)
           unpack_s8_half(w.tile(p + j, ch.tile0 + t),
-                         _mm512_mullo_epi32(z[j], _mm512_set1_epi32(0x01010101)), dst);
+                         _mm512_mullo_epi32(z[ci & 1][j], _mm512_set1_epi32(0x01010101)), dst);
         else
           unpack_u8_half(w.tile(p + j, ch.tile0 + t), w.planes, dst);
       }
-    auto epilogue = [&](int64_t blk) {
-      const int64_t mb = m0 + blk * kBlockRows;
-      const int32_t* c = cbuf[blk & 1];
-      const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
-      for (int64_t r = 0; r < live; ++r) {
-        const __m512i qs =
-            _mm512_set1_epi32(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
-        const __m512 sa = _mm512_set1_ps(call.x.scale[mb + r]);
-        float* o = out + (blk * kBlockRows + r) * 32;
-        for (int j = 0; j < NP; ++j) {
-          __m512i exact = _mm512_load_si512(c + r * 32 + 16 * j);
-          if (!is_signed) exact = _mm512_sub_epi32(exact, _mm512_mullo_epi32(z[j], qs));
-          const __m512 t1 = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), sa);
-          const __m512 t2 = _mm512_mul_ps(t1, s[j]);
-          _mm512_store_ps(o + 16 * j, _mm512_add_ps(_mm512_load_ps(o + 16 * j), t2));
-        }
+  };
+  auto epilogue = [&](size_t ci, int64_t blk, int slot) {
+    const int64_t mb = m0 + blk * kBlockRows;
+    const int32_t* c = cbuf[slot];
+    const __m512* sc = s[ci & 1];
+    const __m512i* zc = z[ci & 1];
+    const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
+    for (int64_t r = 0; r < live; ++r) {
+      const __m512i qs = _mm512_set1_epi32(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
+      const __m512 sa = _mm512_set1_ps(call.x.scale[mb + r]);
+      float* o = out + (blk * kBlockRows + r) * 32;
+      for (int j = 0; j < NP; ++j) {
+        __m512i exact = _mm512_load_si512(c + r * 32 + 16 * j);
+        if (!is_signed) exact = _mm512_sub_epi32(exact, _mm512_mullo_epi32(zc[j], qs));
+        const __m512 t1 = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), sa);
+        const __m512 t2 = _mm512_mul_ps(t1, sc[j]);
+        _mm512_store_ps(o + 16 * j, _mm512_add_ps(_mm512_load_ps(o + 16 * j), t2));
       }
-    };
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    }
+  };
+  if (chunks > 0) unpack_chunk(0);
+  size_t step = 0, last_ci = 0;
+  int64_t last_blk = 0;
+  for (size_t ci = 0; ci < chunks; ++ci) {
+    const Chunk& ch = w.a8_chunks[ci];
+    const int steps = (ch.ntiles + 1) / 2;
+    const uint8_t* b = b_of(ci);
+    for (int64_t blk = 0; blk < blocks; ++blk, ++step) {
       const int64_t mb = m0 + blk * kBlockRows;
       const uint8_t* a = reinterpret_cast<const uint8_t*>(call.x.q + size_t(mb) * size_t(a_stride) +
                                                           size_t(ch.tile0) * kTileK);
       if (is_signed)
-        tile_block_int8_signed<NP, MB>(a, a_stride, b, steps, cbuf[blk & 1]);
+        tile_block_int8_signed<NP, MB>(a, a_stride, b, steps, cbuf[step & 1]);
       else
-        tile_block_int8<NP, MB>(a, a_stride, b, steps, cbuf[blk & 1]);
-      if (blk > 0) epilogue(blk - 1);
+        tile_block_int8<NP, MB>(a, a_stride, b, steps, cbuf[step & 1]);
+      // As in a16_pair: the previous step's epilogue before the next chunk's unpacking.
+      if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
+      if (blk == blocks - 1 && ci + 1 < chunks) unpack_chunk(ci + 1);
+      last_ci = ci;
+      last_blk = blk;
     }
-    if (blocks > 0) epilogue(blocks - 1);
   }
+  if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
   for (int64_t m = m0; m < std::min(m1, call.M); ++m)
     for (int j = 0; j < NP; ++j)
       store16(call.y, m, (p + j) * kPanel, _mm512_load_ps(out + (m - m0) * 32 + 16 * j));
