@@ -218,12 +218,15 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         const double tflops = 2.0 * double(M * N * K) / sk.median / 1e12;
         const double r_bw = gbps / sbw.median;
         const double r_peak = amx ? tflops / sp.median : 0;
-        std::printf(
-            "%5lldx%-6lld %5lld %-6s %-11s %8.1f (%6.1f-%6.1f) %8.1f %8.3f %6.0f%% %6.0f%% %8.1f "
-            "(%5.0f-%5.0f) %7.2fx",
-            (long long)K, (long long)N, (long long)M, mode_name.c_str(), k->name, sk.median * 1e6,
-            sk.min * 1e6, sk.max * 1e6, gbps, tflops, 100 * r_bw, 100 * r_peak, sd.median * 1e6,
-            sd.min * 1e6, sd.max * 1e6, sr.median);
+        std::printf("%5lldx%-6lld %5lld %-6s %-11s %8.1f (%6.1f-%6.1f) %8.1f %8.3f %6.0f%% %6.0f%%",
+                    (long long)K, (long long)N, (long long)M, mode_name.c_str(), k->name,
+                    sk.median * 1e6, sk.min * 1e6, sk.max * 1e6, gbps, tflops, 100 * r_bw,
+                    100 * r_peak);
+        if (dense)
+          std::printf(" %8.1f (%5.0f-%5.0f) %7.2fx", sd.median * 1e6, sd.min * 1e6, sd.max * 1e6,
+                      sr.median);
+        else
+          std::printf(" %22s %8s", "-", "-");
         if (with_ref)
           std::printf("  %s %.1f us (%.2fx)", o.baseline.c_str(), stats(tr).median * 1e6,
                       stats(ratio_ref).median);
