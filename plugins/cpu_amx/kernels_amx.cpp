@@ -191,8 +191,8 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
     __m512 sc[NP], zc[NP];
     for (int j = 0; j < NP; ++j) {
       sc[j] = load_scale(w, p + j, group);
-      zc[j] = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, group)),
-                            _mm512_set1_ps(offset));
+      zc[j] =
+          _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, group)), _mm512_set1_ps(offset));
     }
     const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
     for (int64_t r = 0; r < live; ++r) {

@@ -76,11 +76,20 @@ inline void store(int t, void* base, long stride) {
     std::memcpy(static_cast<uint8_t*>(base) + r * stride, s.tile[t] + 64 * r, s.colsb[t]);
 }
 
-// C (rows m × n 32-bit lanes) += A (m × k 32-bit groups) · B (k rows × n groups): the shapes
-// the instructions require of the configuration.
-inline void check_shapes(const State& s, int c, int a, int b) {
+// A tile product's operands: C (M rows × N 32-bit lanes) += A (M × K 32-bit groups) · B (K rows
+// × N groups), with the shapes the instructions require of the configuration.
+struct Product {
+  State& s;
+  int M, N, K;
+};
+
+inline Product product(int c, int a, int b) {
+  State& s = configured(c);
+  configured(a);
+  configured(b);
   if (s.rows[c] != s.rows[a] || s.colsb[c] != s.colsb[b] || s.rows[b] != s.colsb[a] / 4)
     fault("tile shapes do not fit together in a tile product", c);
+  return {s, s.rows[c], s.colsb[c] / 4, s.rows[b]};
 }
 
 inline float flush(float v) {
@@ -102,11 +111,7 @@ inline float bf16_value(const uint8_t* p) {
 
 /// TDPBF16PS: C[m][n] += A[m][2k]·B[k][2n] + A[m][2k+1]·B[k][2n+1].
 inline void dpbf16ps(int c, int a, int b) {
-  State& s = configured(c);
-  configured(a);
-  configured(b);
-  check_shapes(s, c, a, b);
-  const int M = s.rows[c], N = s.colsb[c] / 4, K = s.rows[b];
+  const auto [s, M, N, K] = product(c, a, b);
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       float acc;
@@ -124,11 +129,7 @@ inline void dpbf16ps(int c, int a, int b) {
 /// TDPB{S,U}{S,U}D: C[m][n] += Σ_i A[m][4k+i]·B[k][4n+i] over int8 (signed or unsigned each).
 template <bool SignedA, bool SignedB>
 inline void dp_int8(int c, int a, int b) {
-  State& s = configured(c);
-  configured(a);
-  configured(b);
-  check_shapes(s, c, a, b);
-  const int M = s.rows[c], N = s.colsb[c] / 4, K = s.rows[b];
+  const auto [s, M, N, K] = product(c, a, b);
   auto value = [](uint8_t byte, bool is_signed) {
     return is_signed ? int32_t(int8_t(byte)) : int32_t(byte);
   };
