@@ -50,7 +50,9 @@ void check_linear(const LinearCase& c, const CanonicalWeight& w, const Launch& l
   std::printf("  %-90s rel err %.3g\n", c.label().c_str(), err);
 }
 
-void run_marlin(const LinearCase& c) {
+// One of the two Marlin kernels on case c: the small-M streaming kernel (its split in
+// c.config), or the tiled one (config.cluster picks its split of K; 0: its own choice).
+void run_marlin_kernel(const LinearCase& c, bool tiled) {
   const CanonicalWeight w = random_weight(c.spec);
   const nibble_canonical_weight cw = w.view();
   const cuda::MarlinHost host = cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w");
@@ -68,34 +70,18 @@ void run_marlin(const LinearCase& c) {
     a.y_dtype = dtype_of(c.act);
     a.bias = bias.empty() ? nullptr : dbias.as<float>();
     a.M = c.M;
-    cuda_ok(cuda::launch_marlin_stream(a, c.config, nullptr), "launch_marlin_stream");
-  });
-}
-
-// The tiled kernel; config.cluster picks its split of K (0: its own choice).
-void run_tiled(const LinearCase& c) {
-  const CanonicalWeight w = random_weight(c.spec);
-  const nibble_canonical_weight cw = w.view();
-  const cuda::MarlinHost host = cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w");
-  const cuda::MarlinStack stack(0, 1, host);
-  const std::vector<float> bias = bias_f32(w);
-  DeviceArray dbias(bias);
-  check_linear(c, w, [&](void* x, void* y) {
-    cuda::GemmArgs a;
-    a.w = stack.view();
-    a.x = x;
-    a.ldx = c.spec.K;
-    a.x_dtype = dtype_of(c.act);
-    a.y = y;
-    a.ldy = c.spec.N;
-    a.y_dtype = dtype_of(c.act);
-    a.bias = bias.empty() ? nullptr : dbias.as<float>();
-    a.M = c.M;
+    if (!tiled) {
+      cuda_ok(cuda::launch_marlin_stream(a, c.config, nullptr), "launch_marlin_stream");
+      return;
+    }
     ASSERT_TRUE(cuda::tiled_takes(a));
     const int cluster = c.config.cluster ? c.config.cluster : cuda::choose_tiled_cluster(a, 132);
     cuda_ok(cuda::launch_marlin_tiled(a, cluster, nullptr), "launch_marlin_tiled");
   });
 }
+
+void run_marlin(const LinearCase& c) { run_marlin_kernel(c, false); }
+void run_tiled(const LinearCase& c) { run_marlin_kernel(c, true); }
 
 void run_general(const LinearCase& c) {
   const CanonicalWeight w = random_weight(c.spec);

@@ -99,6 +99,15 @@ inline std::vector<double> linear_ref(const CanonicalWeight& w, const Mat& x) {
   return y;
 }
 
+/// Whether `backend` (loaded by `rt`) has a w4a16 MoE kernel.
+inline bool has_moe_kernel(const Runtime& rt, const std::string& backend) {
+  const BackendInfo* b = rt.registry().find(backend);
+  if (!b) return false;
+  for (const auto& k : b->kernels)
+    if (k.op == NIBBLE_OP_MOE && k.mode == NIBBLE_MODE_W4A16) return true;
+  return false;
+}
+
 /// The declared bound of the kernel behind a placement for activation dtype `d`.
 inline double declared_bound(const Runtime& rt, const Placement& p, DLDataType d) {
   for (const auto& k : rt.registry().find(p.backend)->kernels)

@@ -116,14 +116,6 @@ bool same_bytes(const Mat& a, const Mat& b) {
   return std::memcmp(a.words.data(), b.words.data(), a.size() * sdk::dtype_bytes(a.t.dtype)) == 0;
 }
 
-bool has_moe_kernel(const Runtime& rt, const std::string& backend) {
-  const BackendInfo* b = rt.registry().find(backend);
-  if (!b) return false;
-  for (const auto& k : b->kernels)
-    if (k.op == NIBBLE_OP_MOE && k.mode == NIBBLE_MODE_W4A16) return true;
-  return false;
-}
-
 class MoeFromTensors : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MoeFromTensors, PerExpertAndStackedRunAsTheCheckpointBlock) {

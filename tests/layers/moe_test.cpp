@@ -32,14 +32,6 @@ std::vector<double> as_doubles(const TensorView& v) {
   return out;
 }
 
-bool has_moe_kernel(const Runtime& rt, const std::string& backend) {
-  const BackendInfo* b = rt.registry().find(backend);
-  if (!b) return false;
-  for (const auto& k : b->kernels)
-    if (k.op == NIBBLE_OP_MOE && k.mode == NIBBLE_MODE_W4A16) return true;
-  return false;
-}
-
 class MoeFixture : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MoeFixture, ReproducesTheUpstreamExpectedOutputs) {

@@ -3,34 +3,19 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "element_access.cuh"
 #include "launch.hpp"
 
 namespace nibble::cuda {
 
 namespace {
 
-__device__ __forceinline__ float load_any(const void* p, int64_t i, DType t) {
-  if (t == DType::f32) return static_cast<const float*>(p)[i];
-  const uint16_t v = static_cast<const uint16_t*>(p)[i];
-  return t == DType::f16 ? __half2float(__ushort_as_half(v))
-                         : __bfloat162float(__ushort_as_bfloat16(v));
-}
-
-__device__ __forceinline__ void store_any(void* p, int64_t i, DType t, float v) {
-  if (t == DType::f32)
-    static_cast<float*>(p)[i] = v;
-  else if (t == DType::f16)
-    static_cast<uint16_t*>(p)[i] = __half_as_ushort(__float2half_rn(v));
-  else
-    static_cast<uint16_t*>(p)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
 __global__ void to_f32_kernel(const void* src, int64_t ld_src, DType t, float* dst, int64_t ld_dst,
                               int64_t rows, int64_t cols) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
          c += int64_t(gridDim.x) * blockDim.x)
-      dst[r * ld_dst + c] = load_any(src, r * ld_src + c, t);
+      dst[r * ld_dst + c] = device::load_act(src, r * ld_src + c, t);
 }
 
 __global__ void finish_kernel(const float* src, int64_t ld_src, const float* bias, void* dst,
@@ -38,7 +23,7 @@ __global__ void finish_kernel(const float* src, int64_t ld_src, const float* bia
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
     for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
          c += int64_t(gridDim.x) * blockDim.x)
-      store_any(dst, r * ld_dst + c, t, src[r * ld_src + c] + (bias ? bias[c] : 0.f));
+      device::store_out(dst, r * ld_dst + c, t, src[r * ld_src + c] + (bias ? bias[c] : 0.f));
 }
 
 dim3 grid_for(int64_t rows, int64_t cols) {

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "element_access.cuh"
 #include "launch.hpp"
 
 namespace nibble::cuda {
@@ -15,22 +16,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRows = 8;      // rows of x per block
 constexpr int kChunk = 1024;  // input channels of x staged in shared memory at a time
-
-__device__ __forceinline__ float load_x(const void* p, int64_t i, DType t) {
-  if (t == DType::f32) return static_cast<const float*>(p)[i];
-  const uint16_t v = static_cast<const uint16_t*>(p)[i];
-  return t == DType::f16 ? __half2float(__ushort_as_half(v))
-                         : __bfloat162float(__ushort_as_bfloat16(v));
-}
-
-__device__ __forceinline__ void store_y(void* p, int64_t i, DType t, float v) {
-  if (t == DType::f32)
-    static_cast<float*>(p)[i] = v;
-  else if (t == DType::f16)
-    static_cast<uint16_t*>(p)[i] = __half_as_ushort(__float2half_rn(v));
-  else
-    static_cast<uint16_t*>(p)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
 
 template <int BITS>
 __global__ void __launch_bounds__(kWarps * 32) general_kernel(const GeneralArgs a) {
@@ -52,7 +37,7 @@ __global__ void __launch_bounds__(kWarps * 32) general_kernel(const GeneralArgs 
     __syncthreads();
     for (int i = threadIdx.x; i < kRows * kChunk; i += kWarps * 32) {
       const int r = i / kChunk, c = i % kChunk;
-      xs[r][c] = r < rows && c < width ? load_x(a.x, (m0 + r) * a.ldx + c0 + c, a.x_dtype) : 0.f;
+      xs[r][c] = r < rows && c < width ? device::load_act(a.x, (m0 + r) * a.ldx + c0 + c, a.x_dtype) : 0.f;
     }
     __syncthreads();
     if (n >= w.N) continue;
@@ -88,7 +73,7 @@ __global__ void __launch_bounds__(kWarps * 32) general_kernel(const GeneralArgs 
     float v = 0.f;
     for (int k = 0; k < kWarps; ++k) v += partial[k][r][l];
     if (a.bias) v += a.bias[col];
-    store_y(a.y, (m0 + r) * a.ldy + col, a.x_dtype, v);
+    device::store_out(a.y, (m0 + r) * a.ldy + col, a.x_dtype, v);
   }
 }
 

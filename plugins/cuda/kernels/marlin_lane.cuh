@@ -1,6 +1,6 @@
 // What a lane of the Marlin kernels reads besides its weight words: the scales it applies to its
 // accumulators and the zero points its dequantizer subtracts, both in Marlin's permuted layouts;
-// plus element access to activations and outputs of any of the three dtypes.
+// element access comes from element_access.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,27 +9,11 @@
 #include <atomic>
 #include <cstdint>
 
+#include "element_access.cuh"
 #include "launch.hpp"
 #include "mma.cuh"
 
 namespace nibble::cuda::device {
-
-/// Element i of an activation array of dtype t, as fp32.
-__device__ __forceinline__ float load_act(const void* p, int64_t i, DType t) {
-  if (t == DType::f32) return static_cast<const float*>(p)[i];
-  const uint16_t v = static_cast<const uint16_t*>(p)[i];
-  return t == DType::f16 ? Bits16<__half>::to_float(v) : Bits16<__nv_bfloat16>::to_float(v);
-}
-
-/// Store v rounded to dtype t at element i.
-__device__ __forceinline__ void store_out(void* p, int64_t i, DType t, float v) {
-  if (t == DType::f32)
-    static_cast<float*>(p)[i] = v;
-  else if (t == DType::f16)
-    static_cast<uint16_t*>(p)[i] = Bits16<__half>::from_float(v);
-  else
-    static_cast<uint16_t*>(p)[i] = Bits16<__nv_bfloat16>::from_float(v);
-}
 
 __device__ __forceinline__ float half_value(uint32_t pair, DType t, int high) {
   const uint16_t v = uint16_t(high ? pair >> 16 : pair & 0xFFFF);

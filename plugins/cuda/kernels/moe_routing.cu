@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "element_access.cuh"
 #include "launch.hpp"
 
 namespace nibble::cuda {
@@ -46,13 +47,6 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const RouteArgs a)
   }
 }
 
-__device__ __forceinline__ float load_any(const void* p, int64_t i, DType t) {
-  if (t == DType::f32) return static_cast<const float*>(p)[i];
-  const uint16_t v = static_cast<const uint16_t*>(p)[i];
-  return t == DType::f16 ? __half2float(__ushort_as_half(v))
-                         : __bfloat162float(__ushort_as_bfloat16(v));
-}
-
 __global__ void combine_kernel(const CombineArgs a) {
   for (int64_t m = blockIdx.y; m < a.M; m += gridDim.y)
     for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < a.K;
@@ -61,7 +55,7 @@ __global__ void combine_kernel(const CombineArgs a) {
       for (int j = 0; j < a.top_k; ++j) {
         const int64_t e = id_at(a.ids, a.ids_int64, a.ld_ids, m, j);
         if (e < 0 || e >= a.num_experts) continue;
-        v += load_any(a.weights, m * a.ld_weights + j, a.weights_dtype) *
+        v += device::load_act(a.weights, m * a.ld_weights + j, a.weights_dtype) *
              a.down[(m * a.top_k + j) * a.K + k];
       }
       const int64_t i = m * a.ldy + k;
