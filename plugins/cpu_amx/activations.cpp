@@ -81,15 +81,16 @@ RowKernels row_kernels(IsaLevel level) {
 
 size_t a16_workspace_bytes(const PackedLinear& w, int64_t M) {
   const size_t rows = size_t(padded_rows(M));
-  return align64(rows * size_t(w.Kp) * 2) + align64(size_t(M) * w.a16_chunks.size() * 4);
+  return align64(rows * size_t(a16_stride(w.Kp)) * 2) +
+         align64(size_t(M) * w.a16_chunks.size() * 4);
 }
 
 A16Activations a16_view(const PackedLinear& w, int64_t M, void* workspace) {
   char* p = static_cast<char*>(workspace);
   A16Activations a;
   a.x = reinterpret_cast<const uint16_t*>(p);
-  a.stride = w.Kp;
-  p += align64(size_t(padded_rows(M)) * size_t(w.Kp) * 2);
+  a.stride = a16_stride(w.Kp);
+  p += align64(size_t(padded_rows(M)) * size_t(a.stride) * 2);
   a.sum = reinterpret_cast<const float*>(p);
   a.chunks = int64_t(w.a16_chunks.size());
   return a;
@@ -121,6 +122,7 @@ void a16_fill(const sdk::Matrix& x, const PackedLinear& w, const A16Activations&
       stage_slots(x, w, rk, m, row.data(), slots.data());
       rk.to_bf16(slots.data(), w.Kp, out);
     }
+    std::memset(out + w.Kp, 0, size_t(a.stride - w.Kp) * 2);
     float* srow = sums + size_t(m) * size_t(a.chunks);
     for (size_t c = 0; c < w.a16_chunks.size(); ++c) {
       const Chunk& ch = w.a16_chunks[c];
@@ -131,7 +133,7 @@ void a16_fill(const sdk::Matrix& x, const PackedLinear& w, const A16Activations&
 
 size_t a8_workspace_bytes(const PackedLinear& w, int64_t M) {
   const size_t rows = size_t(padded_rows(M));
-  return align64(rows * size_t(w.Kp + 64)) + align64(rows * 4) +
+  return align64(rows * size_t(a8_stride(w.Kp))) + align64(rows * 4) +
          align64(size_t(M) * w.a8_chunks.size() * 4);
 }
 
@@ -140,7 +142,7 @@ A8Activations a8_view(const PackedLinear& w, int64_t M, void* workspace) {
   const size_t rows = size_t(padded_rows(M));
   A8Activations a;
   a.q = reinterpret_cast<const int8_t*>(p);
-  a.stride = w.Kp + 64;
+  a.stride = a8_stride(w.Kp);
   p += align64(rows * size_t(a.stride));
   a.scale = reinterpret_cast<const float*>(p);
   p += align64(rows * 4);

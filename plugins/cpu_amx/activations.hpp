@@ -15,6 +15,14 @@ constexpr int64_t kRowPad = 32;
 
 inline int64_t padded_rows(int64_t M) { return (M + kRowPad - 1) / kRowPad * kRowPad; }
 
+/// Elements per row of the w4a16 activations for Kp slots: one cache line more than the row, since
+/// rows Kp·2 bytes apart (8 KiB for K = 4096) would all map to one L1 set and a 16-row tile load
+/// would evict itself.
+inline int64_t a16_stride(int64_t Kp) { return Kp + 32; }
+/// Bytes per row of the int8 activations: a K = 64 tile may overhang the row by 64 bytes, which
+/// also keeps rows out of one L1 set.
+inline int64_t a8_stride(int64_t Kp) { return Kp + 64; }
+
 /// Workspace bytes for the w4a16 (bf16) activations of M rows.
 size_t a16_workspace_bytes(const PackedLinear& w, int64_t M);
 /// Fill the workspace from x (rows [0, M)); rows [m0, m1) only, so callers may split the work.

@@ -81,9 +81,10 @@ MicroKernels micro_kernels_for(IsaLevel level) {
 // most `experts` experts, for weights whose largest Kp and chunk count are given. The exact sizes
 // come from activations.cpp; padded_rows(n) < n + 32 and each align64 adds < 64.
 size_t activation_bound(MoeMode mode, int64_t kp, int64_t chunks, int64_t rows, int64_t experts) {
-  const size_t r = size_t(rows), u = size_t(experts), kpz = size_t(kp), ch = size_t(chunks);
-  if (mode == MoeMode::a16) return r * (2 * kpz + 4 * ch) + u * (32 * 2 * kpz + 128);
-  return r * (kpz + 64 + 4 + 4 * ch) + u * (32 * (kpz + 64 + 4) + 192);
+  const size_t r = size_t(rows), u = size_t(experts), ch = size_t(chunks);
+  const size_t row16 = 2 * size_t(a16_stride(kp)), row8 = size_t(a8_stride(kp));
+  if (mode == MoeMode::a16) return r * (row16 + 4 * ch) + u * (32 * row16 + 128);
+  return r * (row8 + 4 + 4 * ch) + u * (32 * (row8 + 4) + 192);
 }
 
 // Round row m of y (K fp32 values) to y's dtype, once per element.
