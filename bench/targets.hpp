@@ -1,7 +1,9 @@
-// The performance targets of cpu_amx on a whole socket, evaluated on a run's own JSON: every value
-// is a ratio the bench already records per case (share of the read bandwidth, speed-up over
-// oneDNN or over the loop of linear calls, share of the operand-loaded AMX ceiling), taken at the
-// run's highest thread count, and M = 1 scaling between its lowest and every higher count.
+// The performance targets, evaluated on a run's own JSON: every value is a ratio the bench already
+// records per case, taken at the run's highest thread count. On the host (cpu_amx on a whole
+// socket): share of the read bandwidth, speed-up over oneDNN or over the loop of linear calls,
+// share of the operand-loaded AMX ceiling, and M = 1 scaling between the lowest and every higher
+// count. For a run on a device (the run's "device"): speed-up over the backend's own dense kernel
+// on the device.
 #pragma once
 
 #include <nlohmann/json.hpp>

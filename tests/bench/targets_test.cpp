@@ -125,4 +125,41 @@ TEST(BenchTargets, MoeDecodeBandwidthAndFusedOverTheLoop) {
   EXPECT_NE(e.at("skipped").dump().find("linear targets: no linear case"), std::string::npos);
 }
 
+TEST(BenchTargets, ADeviceRunIsJudgedAgainstItsOwnDenseKernel) {
+  auto on_device = [](int K, int N, int M, double over_dense) {
+    json c = linear_case(K, N, M, "w4a16", 16, 3e-5, 4000);
+    c["ratio_bandwidth"] = 0.2;  // against the device's copy: no host bandwidth target
+    c["speedup_dense"] = {{"median", over_dense}};
+    c["device"] = "cuda:0";
+    return c;
+  };
+  json run = {{"device", "cuda:0"},
+              {"cases",
+               {on_device(4096, 14336, 1, 3.2), on_device(4096, 4096, 16, 1.9),
+                on_device(14336, 4096, 1024, 0.95), on_device(2048, 2048, 1, 1.2)}}};
+  const json e = nibble::bench::evaluate_targets(run);
+  const json* wide = find(e.at("targets"), "device_small_m_over_dense", 1, "w4a16", 16);
+  ASSERT_NE(wide, nullptr) << e.dump(1);
+  EXPECT_EQ(wide->at("shape"), "4096x14336");
+  EXPECT_DOUBLE_EQ(wide->at("goal").get<double>(), 3.0);
+  EXPECT_TRUE(wide->at("met").get<bool>());
+  const json* square = find(e.at("targets"), "device_small_m_over_dense", 16, "w4a16", 16);
+  ASSERT_NE(square, nullptr);
+  EXPECT_DOUBLE_EQ(square->at("goal").get<double>(), 2.0);
+  EXPECT_FALSE(square->at("met").get<bool>());
+  const json* large = find(e.at("targets"), "device_large_m_over_dense", 1024, "w4a16", 16);
+  ASSERT_NE(large, nullptr);
+  EXPECT_DOUBLE_EQ(large->at("goal").get<double>(), 0.9);
+  EXPECT_TRUE(large->at("met").get<bool>());
+  // 2048x2048 is named by no device target; the host's targets are not evaluated at all.
+  for (const json& t : e.at("targets")) {
+    EXPECT_NE(t.at("shape"), "2048x2048") << t.dump();
+    EXPECT_EQ(t.at("target").get<std::string>().rfind("device_", 0), 0u) << t.dump();
+  }
+  const std::string skipped = e.at("skipped").dump();
+  EXPECT_NE(skipped.find("a run on cuda:0 is judged against its own dense kernel"),
+            std::string::npos)
+      << skipped;
+}
+
 }  // namespace
