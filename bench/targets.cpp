@@ -142,20 +142,21 @@ void linear_targets(const std::vector<json>& all, const std::vector<json>& top, 
 
 // A backend whose kernels run on a device (a GPU): its own dense kernel on the bf16 weight on the
 // same device (cuBLAS for cuda) is the yardstick, not the host's bandwidth or oneDNN.
-void device_linear_targets(const std::vector<json>& top, const std::string& device, Evaluation& e) {
+void device_linear_targets(const std::vector<json>& top, int most, const std::string& device,
+                           Evaluation& e) {
   const std::string on = " on " + device;
   for (auto [K, N, goal] :
        {std::tuple{4096, 4096, 2.0}, std::tuple{4096, 14336, 3.0}, std::tuple{14336, 4096, 3.0}}) {
     const std::string shape = std::to_string(K) + "x" + std::to_string(N);
     e.over(
-        top, "device_small_m_over_dense", "speedup_dense", goal, top.front().at("threads"),
+        top, "device_small_m_over_dense", "speedup_dense", goal, most,
         [&](const json& c) {
           return c.at("M") >= 1 && c.at("M") <= 16 && c.at("K") == K && c.at("N") == N;
         },
         "no case with M <= 16 on " + shape + on);
   }
   e.over(
-      top, "device_large_m_over_dense", "speedup_dense", 0.9, top.front().at("threads"),
+      top, "device_large_m_over_dense", "speedup_dense", 0.9, most,
       [](const json& c) { return c.at("M") == 256 || c.at("M") == 1024; },
       "no case at M=256 or 1024" + on);
 }
@@ -199,10 +200,10 @@ json evaluate_targets(const json& run) {
     if (linear.empty())
       e.skipped.push_back("linear targets: no linear case (a run without --moe)");
     else if (!device.empty())
-      device_linear_targets(at_most(linear), device, e);
+      device_linear_targets(at_most(linear), most, device, e);
     else
       linear_targets(linear, at_most(linear), most, fewest, e);
-    if (moe.empty())
+    if (moe.empty() && device.empty())
       e.skipped.push_back("MoE targets: no MoE case (a run with --moe)");
     else
       moe_targets(at_most(moe), most, e);

@@ -50,6 +50,8 @@ TEST(DeviceBench, TimesTheDeviceAgainstItsCopyBandwidthAndItsOwnDenseKernel) {
   EXPECT_NE(out.at("targets_skipped").dump().find("judged against its own dense kernel"),
             std::string::npos)
       << out.at("targets_skipped").dump();
+  EXPECT_EQ(out.at("targets_skipped").dump().find("MoE"), std::string::npos)
+      << "the MoE bench does not run on a device";
 }
 
 }  // namespace
