@@ -154,6 +154,8 @@ TEST(BenchTargets, ADeviceRunIsJudgedAgainstItsOwnDenseKernel) {
   EXPECT_NE(skipped.find("a run on cuda:0 is judged against its own dense kernel"),
             std::string::npos)
       << skipped;
+  EXPECT_EQ(skipped.find("moe"), std::string::npos) << skipped;
+  EXPECT_EQ(skipped.find("MoE"), std::string::npos) << skipped;
 }
 
 }  // namespace
