@@ -1,7 +1,5 @@
 // Elementwise helpers of the dense path: widen a matrix to fp32, and round an fp32 result plus
 // its bias to the output dtype once.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include "element_access.cuh"
 #include "launch.hpp"

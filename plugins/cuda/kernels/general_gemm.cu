@@ -3,8 +3,6 @@
 // layout, computed in fp32 on the CUDA cores. A warp covers 32 consecutive outputs (coalesced
 // word loads), the 8 warps of a block split K, and each thread keeps 8 rows of x in flight from
 // shared memory; (q − z) · s is exact in fp32, so the only rounding is the fp32 accumulation.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include "element_access.cuh"
 #include "launch.hpp"
@@ -37,7 +35,8 @@ __global__ void __launch_bounds__(kWarps * 32) general_kernel(const GeneralArgs 
     __syncthreads();
     for (int i = threadIdx.x; i < kRows * kChunk; i += kWarps * 32) {
       const int r = i / kChunk, c = i % kChunk;
-      xs[r][c] = r < rows && c < width ? device::load_act(a.x, (m0 + r) * a.ldx + c0 + c, a.x_dtype) : 0.f;
+      xs[r][c] =
+          r < rows && c < width ? device::load_act(a.x, (m0 + r) * a.ldx + c0 + c, a.x_dtype) : 0.f;
     }
     __syncthreads();
     if (n >= w.N) continue;

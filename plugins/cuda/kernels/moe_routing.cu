@@ -1,9 +1,6 @@
 // MoE routing on the device: the (token, slot) pairs counted and grouped by expert in one block
 // (counters in shared memory), cut into work items of at most 16 rows for the Marlin kernel; and
 // the combine that sums each token's weighted expert outputs in slot order.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "element_access.cuh"
 #include "launch.hpp"
 
@@ -58,13 +55,7 @@ __global__ void combine_kernel(const CombineArgs a) {
         v += device::load_act(a.weights, m * a.ld_weights + j, a.weights_dtype) *
              a.down[(m * a.top_k + j) * a.K + k];
       }
-      const int64_t i = m * a.ldy + k;
-      if (a.y_dtype == DType::f32)
-        static_cast<float*>(a.y)[i] = v;
-      else if (a.y_dtype == DType::f16)
-        static_cast<uint16_t*>(a.y)[i] = __half_as_ushort(__float2half_rn(v));
-      else
-        static_cast<uint16_t*>(a.y)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+      device::store_out(a.y, m * a.ldy + k, a.y_dtype, v);
     }
 }
 
