@@ -100,37 +100,70 @@ T* aligned_scratch(std::vector<uint8_t>& v, size_t bytes) {
   return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
 }
 
+struct NoWork {
+  void operator()(int) const {}
+};
+
+// How far ahead of the unpacking each panel's weight stream is prefetched into L1: 4 KB, as in
+// the streaming kernels (docs/cpu_amx.md: at 16 threads on the AMX host, 2 KB and 8 KB into L2
+// read the same within the noise).
+constexpr size_t kTilePrefetch = 4096;
+
+// Prefetch, in each of the NP panel streams of pair p, the lines kTilePrefetch ahead of k-tile t
+// (past a panel's end: the same stream of the next pair, where the walk goes next).
+template <int NP>
+inline void prefetch_pair(const PackedLinear& w, int64_t p, int64_t t) {
+  const size_t tile_bytes = size_t(w.planes) * kTileBytes;
+  const size_t panel_bytes = size_t(w.ktiles) * tile_bytes;
+  const size_t ahead = size_t(t) * tile_bytes + kTilePrefetch;
+  const size_t at = ahead < panel_bytes ? ahead : ahead + size_t(NP - 1) * panel_bytes;
+  const char* b = reinterpret_cast<const char*>(w.tile(p, 0)) + at;
+  for (int j = 0; j < NP; ++j)
+    for (size_t l = 0; l < tile_bytes; l += 64) _mm_prefetch(b + j * panel_bytes + l, _MM_HINT_T0);
+}
+
+// The part of n items that step i of `steps` takes: an equal share each, the rest at the last.
+inline void step_share(int32_t n, int steps, int i, int32_t* first, int32_t* end) {
+  const int32_t per = std::max<int32_t>(1, n / steps);
+  *first = std::min(n, i * per);
+  *end = i == steps - 1 ? n : std::min(n, (i + 1) * per);
+}
+
 // Run the 2×2 (or 2×1) tile product of one row block over `steps` B tiles per panel; C stored to
-// c[32][32] (row stride 128 bytes). The tile intrinsics need literal tile numbers, hence the
-// macro over the instruction.
-#define NIBBLE_TILE_BLOCK(NAME, DP)                                                     \
-  template <int NP, int MB>                                                             \
-  void NAME(const uint8_t* a, int64_t a_stride, const uint8_t* b, int steps, void* c) { \
-    _tile_zero(0);                                                                      \
-    _tile_zero(1);                                                                      \
-    if constexpr (MB == 2) {                                                            \
-      _tile_zero(2);                                                                    \
-      _tile_zero(3);                                                                    \
-    }                                                                                   \
-    for (int i = 0; i < steps; ++i) {                                                   \
-      _tile_loadd(4, a + i * 64, a_stride);                                             \
-      if constexpr (MB == 2) _tile_loadd(5, a + i * 64 + 16 * a_stride, a_stride);      \
-      _tile_loadd(6, b + size_t(i * NP) * kBTile, 64);                                  \
-      DP(0, 4, 6);                                                                      \
-      if constexpr (MB == 2) DP(2, 5, 6);                                               \
-      if constexpr (NP == 2) {                                                          \
-        _tile_loadd(7, b + size_t(i * NP + 1) * kBTile, 64);                            \
-        DP(1, 4, 7);                                                                    \
-        if constexpr (MB == 2) DP(3, 5, 7);                                             \
-      }                                                                                 \
-    }                                                                                   \
-    char* cc = static_cast<char*>(c);                                                   \
-    _tile_stored(0, cc, 128);                                                           \
-    if constexpr (MB == 2) _tile_stored(2, cc + 16 * 128, 128);                         \
-    if constexpr (NP == 2) {                                                            \
-      _tile_stored(1, cc + 64, 128);                                                    \
-      if constexpr (MB == 2) _tile_stored(3, cc + 16 * 128 + 64, 128);                  \
-    }                                                                                   \
+// c[32][32] (row stride 128 bytes). work(i) runs after step i's products are issued, so vector
+// work placed there overlaps the tile unit; the same work before or after the whole block was
+// measured to add most of its time to the block's (docs/cpu_amx.md, Kernels). The tile
+// intrinsics need literal tile numbers, hence the macro over the instruction.
+#define NIBBLE_TILE_BLOCK(NAME, DP)                                                   \
+  template <int NP, int MB, class Work = NoWork>                                      \
+  void NAME(const uint8_t* a, int64_t a_stride, const uint8_t* b, int steps, void* c, \
+            Work work = {}) {                                                         \
+    _tile_zero(0);                                                                    \
+    _tile_zero(1);                                                                    \
+    if constexpr (MB == 2) {                                                          \
+      _tile_zero(2);                                                                  \
+      _tile_zero(3);                                                                  \
+    }                                                                                 \
+    for (int i = 0; i < steps; ++i) {                                                 \
+      _tile_loadd(4, a + i * 64, a_stride);                                           \
+      if constexpr (MB == 2) _tile_loadd(5, a + i * 64 + 16 * a_stride, a_stride);    \
+      _tile_loadd(6, b + size_t(i * NP) * kBTile, 64);                                \
+      DP(0, 4, 6);                                                                    \
+      if constexpr (MB == 2) DP(2, 5, 6);                                             \
+      if constexpr (NP == 2) {                                                        \
+        _tile_loadd(7, b + size_t(i * NP + 1) * kBTile, 64);                          \
+        DP(1, 4, 7);                                                                  \
+        if constexpr (MB == 2) DP(3, 5, 7);                                           \
+      }                                                                               \
+      work(i);                                                                        \
+    }                                                                                 \
+    char* cc = static_cast<char*>(c);                                                 \
+    _tile_stored(0, cc, 128);                                                         \
+    if constexpr (MB == 2) _tile_stored(2, cc + 16 * 128, 128);                       \
+    if constexpr (NP == 2) {                                                          \
+      _tile_stored(1, cc + 64, 128);                                                  \
+      if constexpr (MB == 2) _tile_stored(3, cc + 16 * 128 + 64, 128);                \
+    }                                                                                 \
   }
 NIBBLE_TILE_BLOCK(tile_block_bf16, _tile_dpbf16ps)
 NIBBLE_TILE_BLOCK(tile_block_int8, _tile_dpbsud)
@@ -174,14 +207,16 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
   const size_t plane_bytes = size_t(most_tiles) * NP * kBTile;
   uint8_t* bufs = aligned_scratch<uint8_t>(bmem, 2 * plane_bytes * size_t(PL));
   auto b_of = [&](size_t ci) { return bufs + (ci & 1) * plane_bytes * size_t(PL); };
-  auto unpack_chunk = [&](size_t ci) {
+  // Plane l's k-tiles [t0, t1) of chunk ci.
+  auto unpack_tiles = [&](size_t ci, int l, int32_t t0, int32_t t1) {
     const Chunk& ch = w.a16_chunks[ci];
-    uint8_t* b = b_of(ci);
-    for (int l = 0; l < PL; ++l)
-      for (int32_t t = 0; t < ch.ntiles; ++t)
-        for (int j = 0; j < NP; ++j)
-          unpack_bf16_tile(w.tile(p + j, ch.tile0 + t) + l * kTileBytes,
-                           b + l * plane_bytes + size_t(t * NP + j) * kBTile);
+    uint8_t* b = b_of(ci) + l * plane_bytes;
+    for (int32_t t = t0; t < t1; ++t) {
+      if (l == 0) prefetch_pair<NP>(w, p, ch.tile0 + t);
+      for (int j = 0; j < NP; ++j)
+        unpack_bf16_tile(w.tile(p + j, ch.tile0 + t) + l * kTileBytes,
+                         b + size_t(t * NP + j) * kBTile);
+    }
   };
   auto epilogue = [&](size_t ci, int64_t blk, int slot) {
     const int64_t mb = m0 + blk * kBlockRows;
@@ -208,7 +243,8 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
       }
     }
   };
-  if (chunks > 0) unpack_chunk(0);
+  if (chunks > 0)
+    for (int l = 0; l < PL; ++l) unpack_tiles(0, l, 0, w.a16_chunks[0].ntiles);
   size_t step = 0, last_ci = 0;
   int64_t last_blk = 0;
   for (size_t ci = 0; ci < chunks; ++ci) {
@@ -218,11 +254,21 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
       const int64_t mb = m0 + blk * kBlockRows;
       const uint8_t* a = reinterpret_cast<const uint8_t*>(
           call.x.x + size_t(mb) * size_t(call.x.stride) + size_t(ch.tile0) * kTileK);
-      // The next chunk's B tiles first: this chunk's were stored a whole unpacking earlier, so
-      // their tile loads need not wait for the stores to reach L1.
-      if (blk == 0 && ci + 1 < chunks) unpack_chunk(ci + 1);
-      for (int l = 0; l < PL; ++l)
-        tile_block_bf16<NP, MB>(a, a_stride, b + l * plane_bytes, ch.ntiles, cbuf[step & 1][l]);
+      // The next chunk's B tiles are unpacked between this chunk's first block's products (this
+      // chunk's were stored a whole block earlier, so their tile loads need not wait for the
+      // stores to reach L1).
+      const bool next = blk == 0 && ci + 1 < chunks;
+      for (int l = 0; l < PL; ++l) {
+        const uint8_t* bl = b + l * plane_bytes;
+        if (next)
+          tile_block_bf16<NP, MB>(a, a_stride, bl, ch.ntiles, cbuf[step & 1][l], [&](int i) {
+            int32_t t0, t1;
+            step_share(w.a16_chunks[ci + 1].ntiles, ch.ntiles, i, &t0, &t1);
+            unpack_tiles(ci + 1, l, t0, t1);
+          });
+        else
+          tile_block_bf16<NP, MB>(a, a_stride, bl, ch.ntiles, cbuf[step & 1][l]);
+      }
       if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
       last_ci = ci;
       last_blk = blk;
@@ -257,32 +303,39 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
   const size_t chunk_bytes = size_t(most_steps) * NP * kBTile;
   uint8_t* bufs = aligned_scratch<uint8_t>(bmem, 2 * chunk_bytes);
   auto b_of = [&](size_t ci) { return bufs + (ci & 1) * chunk_bytes; };
-  __m512 s[2][NP];
-  __m512i z[2][NP];
-  auto unpack_chunk = [&](size_t ci) {
+  // Scales and zeros by chunk modulo 3: the next chunk's are loaded while the epilogue of the
+  // chunk before this one may still be ahead in program order.
+  __m512 s[3][NP];
+  __m512i z[3][NP];
+  auto start_chunk = [&](size_t ci) {
+    const Chunk& ch = w.a8_chunks[ci];
+    if (ch.ntiles % 2) std::memset(b_of(ci), 0, size_t((ch.ntiles + 1) / 2 * NP) * kBTile);
+    for (int j = 0; j < NP; ++j) {
+      s[ci % 3][j] = load_scale(w, p + j, ch.group);
+      z[ci % 3][j] = load_zero_i32(w, p + j, ch.group);
+    }
+  };
+  // k-tiles [t0, t1) of chunk ci (after start_chunk(ci)).
+  auto unpack_tiles = [&](size_t ci, int32_t t0, int32_t t1) {
     const Chunk& ch = w.a8_chunks[ci];
     uint8_t* b = b_of(ci);
-    const int steps = (ch.ntiles + 1) / 2;
-    if (ch.ntiles % 2) std::memset(b, 0, size_t(steps * NP) * kBTile);
-    for (int j = 0; j < NP; ++j) {
-      s[ci & 1][j] = load_scale(w, p + j, ch.group);
-      z[ci & 1][j] = load_zero_i32(w, p + j, ch.group);
-    }
-    for (int32_t t = 0; t < ch.ntiles; ++t)
+    for (int32_t t = t0; t < t1; ++t) {
+      prefetch_pair<NP>(w, p, ch.tile0 + t);
       for (int j = 0; j < NP; ++j) {
         uint8_t* dst = b + size_t((t / 2) * NP + j) * kBTile + (t % 2) * 512;
         if (is_signed)
           unpack_s8_half(w.tile(p + j, ch.tile0 + t),
-                         _mm512_mullo_epi32(z[ci & 1][j], _mm512_set1_epi32(0x01010101)), dst);
+                         _mm512_mullo_epi32(z[ci % 3][j], _mm512_set1_epi32(0x01010101)), dst);
         else
           unpack_u8_half(w.tile(p + j, ch.tile0 + t), w.planes, dst);
       }
+    }
   };
   auto epilogue = [&](size_t ci, int64_t blk, int slot) {
     const int64_t mb = m0 + blk * kBlockRows;
     const int32_t* c = cbuf[slot];
-    const __m512* sc = s[ci & 1];
-    const __m512i* zc = z[ci & 1];
+    const __m512* sc = s[ci % 3];
+    const __m512i* zc = z[ci % 3];
     const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
     for (int64_t r = 0; r < live; ++r) {
       const __m512i qs = _mm512_set1_epi32(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
@@ -297,7 +350,10 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
       }
     }
   };
-  if (chunks > 0) unpack_chunk(0);
+  if (chunks > 0) {
+    start_chunk(0);
+    unpack_tiles(0, 0, w.a8_chunks[0].ntiles);
+  }
   size_t step = 0, last_ci = 0;
   int64_t last_blk = 0;
   for (size_t ci = 0; ci < chunks; ++ci) {
@@ -308,13 +364,22 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
       const int64_t mb = m0 + blk * kBlockRows;
       const uint8_t* a = reinterpret_cast<const uint8_t*>(call.x.q + size_t(mb) * size_t(a_stride) +
                                                           size_t(ch.tile0) * kTileK);
+      // The next chunk's B tiles are unpacked between the last block's products (as in
+      // a16_pair), into the buffer of the chunk before, whose tile loads are all issued.
+      const bool next = blk == blocks - 1 && ci + 1 < chunks;
+      if (next) start_chunk(ci + 1);
+      auto unpack_next = [&](int i) {
+        int32_t t0, t1;
+        step_share(w.a8_chunks[ci + 1].ntiles, steps, i, &t0, &t1);
+        unpack_tiles(ci + 1, t0, t1);
+      };
       if (is_signed)
-        tile_block_int8_signed<NP, MB>(a, a_stride, b, steps, cbuf[step & 1]);
+        next ? tile_block_int8_signed<NP, MB>(a, a_stride, b, steps, cbuf[step & 1], unpack_next)
+             : tile_block_int8_signed<NP, MB>(a, a_stride, b, steps, cbuf[step & 1]);
       else
-        tile_block_int8<NP, MB>(a, a_stride, b, steps, cbuf[step & 1]);
-      // As in a16_pair: the previous step's epilogue before the next chunk's unpacking.
+        next ? tile_block_int8<NP, MB>(a, a_stride, b, steps, cbuf[step & 1], unpack_next)
+             : tile_block_int8<NP, MB>(a, a_stride, b, steps, cbuf[step & 1]);
       if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
-      if (blk == blocks - 1 && ci + 1 < chunks) unpack_chunk(ci + 1);
       last_ci = ci;
       last_blk = blk;
     }
