@@ -349,6 +349,20 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
     c.cluster = int(std::clamp<int64_t>(std::min(want, most), 1, kMaxCluster));
     return c;
   }
+  if (items == 1 && slabs <= 256 && runs <= 64) {
+    // K and N up to 4096: one run per block (all 8 warps on it, the 255-register budget) and
+    // the largest cluster that leaves each warp at least 8 slabs and one block per SM. H200
+    // sweeps (docs/cuda.md, "Choosing the split"): 2048×2048, 4096×4096, 1024×4096 and
+    // 4096×1024 at M = 1-16 run fastest so; 4096×4096 M = 1 11.7 µs against 14.3 with four runs
+    // over a cluster of 8, M = 16 17.2 against 23.8.
+    c.runs_per_block = 1;
+    c.blocks_per_sm = 1;
+    c.cluster = 1;
+    while (c.cluster < kMaxCluster && slabs >= int64_t(2 * c.cluster) * 8 * kWarps &&
+           runs * 2 * c.cluster <= int64_t(sm_count))
+      c.cluster *= 2;
+    return c;
+  }
   if (items == 1) {
     const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * 7 / 4;
     for (int R : {4, 2, 1})
