@@ -85,6 +85,16 @@ double seconds_per_call(int calls, F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
 }
 
+/// The same, with `finish` (waiting for a device's queued work) run once after the calls and
+/// timed with them: calls queued back to back, as a model's layers are, waited for once.
+template <class F, class Finish>
+double seconds_per_call(int calls, F&& f, Finish&& finish) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) f();
+  finish();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
+}
+
 /// n normal(0, 1) values rounded to bf16.
 inline std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -56,7 +56,7 @@ std::string default_plugin_dir() {
 
 // The dense baseline of a case, on the dequantized weight rounded to bf16, cycling over cold
 // copies: oneDNN's matmul for a CPU backend; for a device backend its own dense kernel on its
-// device (for cuda, cuBLAS), each call waited for.
+// device (for cuda, cuBLAS), queued like the backend's own calls (the caller waits).
 class DenseBaseline {
  public:
   DenseBaseline(const Plugin& plugin, const CanonicalWeight& w, size_t cold, int threads)
@@ -88,11 +88,11 @@ class DenseBaseline {
   size_t weight_bytes() const {
     return onednn_ ? onednn_->weight_bytes() : on_device_.empty() ? 0 : on_device_[0]->bytes();
   }
-  /// y = x · W^T with the next copy; x and y where the backend's layers run.
+  /// y = x · W^T with the next copy; x and y where the backend's layers run. On a device the
+  /// call is only queued: Plugin::synchronize waits for it.
   void run(const uint16_t* x, uint16_t* y, int64_t M) {
     if (onednn_) return onednn_->run(int(next_++ % size_t(onednn_->copies())), x, y, M);
     on_device_[next_++ % on_device_.size()]->forward(x, y, M, K_, N_, threads_, ws_);
-    plugin_.synchronize();
   }
 
  private:
@@ -171,18 +171,24 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         size_t cr = 0;
         std::vector<uint16_t> x = random_bf16(M * K, uint32_t(M));
         std::vector<uint16_t> y(size_t(M * N)), yd(size_t(M * N));
-        // x and y where the plugin's layers run (its device, for a device plugin); a call is timed
-        // until its work is done.
+        // x and y where the plugin's layers run (its device, for a device plugin). On a device a
+        // call is only queued; a sample's calls are waited for once, after the last, as a
+        // model's layers follow each other on a stream (waiting for each call would time the
+        // round trip of a launch and a wait instead).
         const LayerMemory xm(plugin, x.data(), x.size() * 2), ym(plugin, y.data(), y.size() * 2),
             ydm(plugin, yd.data(), yd.size() * 2);
         auto run_layer = [&](size_t i) {
           layers[i]->forward(xm.as<uint16_t>(), ym.as<uint16_t>(), M, K, N, threads, ws);
-          plugin.synchronize();
         };
+        auto wait = [&] { plugin.synchronize(); };
         size_t ck = 0;
         run_layer(ck++ % copies);  // warm-up
+        wait();
         auto run_dense = [&] { dense->run(xm.as<uint16_t>(), ydm.as<uint16_t>(), M); };
-        if (dense) run_dense();
+        if (dense) {
+          run_dense();
+          wait();
+        }
         std::vector<uint16_t> yr(size_t(M * N));
         if (with_ref)
           ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, threads,
@@ -190,10 +196,11 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         std::vector<double> tk, td, ratio, tr, ratio_ref;
         LimitSamples limits;
         interleaved_rounds(o, threads, *bandwidth, amx, mode, limits, [&] {
-          const double a = seconds_per_call(o.burst, [&] { run_layer(ck++ % copies); });
+          const double a = seconds_per_call(
+              o.burst, [&] { run_layer(ck++ % copies); }, wait);
           tk.push_back(a);
           if (dense) {
-            const double b = seconds_per_call(o.burst, run_dense);
+            const double b = seconds_per_call(o.burst, run_dense, wait);
             td.push_back(b);
             ratio.push_back(b / a);
           }
@@ -209,7 +216,12 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         std::vector<double> warm;
         if (o.warm) {
           run_layer(0);
-          for (int r = 0; r < 5; ++r) warm.push_back(seconds_of([&] { run_layer(0); }));
+          wait();
+          for (int r = 0; r < 5; ++r)
+            warm.push_back(seconds_of([&] {
+              run_layer(0);
+              wait();
+            }));
         }
         const Stats sk = stats(tk), sd = stats(td), sr = stats(ratio),
                     sbw = stats(limits.bandwidth), sp = stats(limits.peak), sw = stats(warm);

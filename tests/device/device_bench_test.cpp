@@ -55,4 +55,38 @@ TEST(DeviceBench, TimesTheDeviceAgainstItsCopyBandwidthAndItsOwnDenseKernel) {
         << "the MoE bench does not run on a device: " << out.at("targets_skipped").dump();
 }
 
+// A sample's calls are queued back to back and waited for once, after the last: with every wait
+// taking 20 ms, 8 calls per sample cost 2.5 ms each (plus their own few microseconds), where a
+// wait after each call would cost 20 ms each. Both the backend's kernel and its dense baseline.
+TEST(DeviceBench, WaitsForTheDeviceOncePerSampleNotOncePerCall) {
+  const fs::path json = fs::temp_directory_path() / "nibble_device_bench_wait_test.json";
+  fs::remove(json);
+  constexpr double kWait = 0.020;
+  setenv("NIBBLE_MOCKDEV_SYNC_US", "20000", 1);
+  const int rc = nibble::test::bench({"--plugin-dir",  NIBBLE_MOCKDEV_DIR,
+                                      "--backend",     "mockdev",
+                                      "--shapes",      "128x128",
+                                      "--m",           "1",
+                                      "--threads",     "1",
+                                      "--rounds",      "3",
+                                      "--min-seconds", "0",
+                                      "--cold-mib",    "1",
+                                      "--burst",       "8",
+                                      "--modes",       "w4a16",
+                                      "--baseline",    "none",
+                                      "--no-warm",     "--json",
+                                      json.string()});
+  unsetenv("NIBBLE_MOCKDEV_SYNC_US");
+  ASSERT_EQ(rc, 0);
+  const nlohmann::json out = nibble::test::read_json(json);
+  fs::remove(json);
+  ASSERT_EQ(out.at("cases").size(), 1u);
+  const auto& c = out.at("cases")[0];
+  for (const char* key : {"seconds", "dense_bf16_seconds"}) {
+    const double per_call = c.at(key).at("median").get<double>();
+    EXPECT_GE(per_call, kWait / 8) << key << ": the sample must include its wait";
+    EXPECT_LT(per_call, kWait / 2) << key << ": waited for after every call";
+  }
+}
+
 }  // namespace

@@ -9,6 +9,8 @@
 // NIBBLE_MOCKDEV_THREADS plays a device runtime's threads for the kit's thread checks: "runtime"
 // starts one thread at the first probe of the process that lives until exit (as CUDA's driver
 // does); "leak" starts one per load at its first allocation and never joins it (a plugin bug).
+// NIBBLE_MOCKDEV_SYNC_US makes every synchronize take that long, as waiting for queued work does
+// (the bench tests use it to see how often the bench waits).
 #include <nibble/sdk/env.hpp>
 #include <nibble/sdk/portable_kernels.hpp>
 #include <nibble/sdk/weights.hpp>
@@ -94,6 +96,8 @@ class MockMemory : public sdk::DeviceMemory {
   void synchronize(int device_id, void* stream) override {
     require_device(device_id);
     count_on(stream, &nibble::test::MockStream::synchronizes);
+    if (const char* us = std::getenv("NIBBLE_MOCKDEV_SYNC_US"))
+      std::this_thread::sleep_for(std::chrono::microseconds(std::atoi(us)));
   }
 
   /// Throw unless [p, p + bytes) lies inside one block of device `device_id` (on_device), or
