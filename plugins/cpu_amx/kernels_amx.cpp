@@ -105,24 +105,27 @@ struct NoWork {
 };
 
 // How far ahead of the unpacking each panel's weight stream is prefetched into L1: 4 KB, as in
-// the streaming kernels (docs/cpu_amx.md: at 16 threads on the AMX host, 2 KB and 8 KB into L2
-// read the same within the noise).
+// the streaming kernels (docs/cpu_amx.md: at 16 threads on the AMX host, 2 KB into L1 and 8 KB
+// into L2 read the same within the noise).
 constexpr size_t kTilePrefetch = 4096;
 
 // Prefetch, in each of the NP panel streams of pair p, the lines kTilePrefetch ahead of k-tile t
-// (past a panel's end: the same stream of the next pair, where the walk goes next).
+// (past a panel's end: the same stream of the next pair, where the walk goes next). Addresses are
+// integers: past the weight's end they point at nothing, which a prefetch never faults on.
 template <int NP>
 inline void prefetch_pair(const PackedLinear& w, int64_t p, int64_t t) {
   const size_t tile_bytes = size_t(w.planes) * kTileBytes;
   const size_t panel_bytes = size_t(w.ktiles) * tile_bytes;
   const size_t ahead = size_t(t) * tile_bytes + kTilePrefetch;
   const size_t at = ahead < panel_bytes ? ahead : ahead + size_t(NP - 1) * panel_bytes;
-  const char* b = reinterpret_cast<const char*>(w.tile(p, 0)) + at;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(w.tile(p, 0)) + at;
   for (int j = 0; j < NP; ++j)
-    for (size_t l = 0; l < tile_bytes; l += 64) _mm_prefetch(b + j * panel_bytes + l, _MM_HINT_T0);
+    for (size_t l = 0; l < tile_bytes; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(b + j * panel_bytes + l), _MM_HINT_T0);
 }
 
-// The part of n items that step i of `steps` takes: an equal share each, the rest at the last.
+// The part of n items that step i of `steps` takes: an equal share each, the rest at the last
+// (with fewer items than steps, the first n steps take one each).
 inline void step_share(int32_t n, int steps, int i, int32_t* first, int32_t* end) {
   const int32_t per = std::max<int32_t>(1, n / steps);
   *first = std::min(n, i * per);
@@ -178,13 +181,13 @@ void start_with_bias(const PackedLinear& w, int64_t p, int64_t rows, float* out)
 }
 
 // The tile work of a pair runs as a sequence of steps, one per (chunk, row block) in that order.
-// A step issues its tile products, then does the vector work of others while the tile unit
-// runs: the epilogue of the step before (its C tiles are done by then) and, at a chunk's last
-// block, the unpacking of the next chunk's B tiles (into the other half of a double buffer).
-// So the tile unit's latency is hidden at any M, including the single row block of M ≤ 16,
-// where each chunk used to wait for its own products before the next chunk's unpacking began.
-// A step's C tiles are staged in cbuf[step parity]; the epilogue reads what the previous step
-// stored, and the step after next overwrites it only after that epilogue in program order.
+// A step issues its tile products with the unpacking of the next chunk's B tiles (into the other
+// half of a double buffer) placed a share at a time between them, in one block of the chunk
+// (W4A16: the first, W4A8: the last), then runs the epilogue of the step before (its C tiles are
+// done by then). So the vector work overlaps the tile unit at any M, including the single row
+// block of M ≤ 16. A step's C tiles are staged in cbuf[step parity]; the epilogue reads what the
+// previous step stored, and the step after next overwrites it only after that epilogue in
+// program order.
 
 template <int NP, int MB>
 void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<uint8_t>& bmem,

@@ -62,21 +62,27 @@ TEST(DeviceBench, WaitsForTheDeviceOncePerSampleNotOncePerCall) {
   const fs::path json = fs::temp_directory_path() / "nibble_device_bench_wait_test.json";
   fs::remove(json);
   constexpr double kWait = 0.020;
-  setenv("NIBBLE_MOCKDEV_SYNC_US", "20000", 1);
-  const int rc = nibble::test::bench({"--plugin-dir",  NIBBLE_MOCKDEV_DIR,
-                                      "--backend",     "mockdev",
-                                      "--shapes",      "128x128",
-                                      "--m",           "1",
-                                      "--threads",     "1",
-                                      "--rounds",      "3",
-                                      "--min-seconds", "0",
-                                      "--cold-mib",    "1",
-                                      "--burst",       "8",
-                                      "--modes",       "w4a16",
-                                      "--baseline",    "none",
-                                      "--no-warm",     "--json",
-                                      json.string()});
-  unsetenv("NIBBLE_MOCKDEV_SYNC_US");
+  struct SlowWaits {  // set for this test only, also when the bench throws
+    SlowWaits() { setenv("NIBBLE_MOCKDEV_SYNC_US", "20000", 1); }
+    ~SlowWaits() { unsetenv("NIBBLE_MOCKDEV_SYNC_US"); }
+  };
+  int rc = -1;
+  {
+    const SlowWaits slow;
+    rc = nibble::test::bench({"--plugin-dir",  NIBBLE_MOCKDEV_DIR,
+                              "--backend",     "mockdev",
+                              "--shapes",      "128x128",
+                              "--m",           "1",
+                              "--threads",     "1",
+                              "--rounds",      "3",
+                              "--min-seconds", "0",
+                              "--cold-mib",    "1",
+                              "--burst",       "8",
+                              "--modes",       "w4a16",
+                              "--baseline",    "none",
+                              "--no-warm",     "--json",
+                              json.string()});
+  }
   ASSERT_EQ(rc, 0);
   const nlohmann::json out = nibble::test::read_json(json);
   fs::remove(json);

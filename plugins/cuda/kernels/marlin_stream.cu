@@ -333,7 +333,8 @@ cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream)
 
 // The splits measured best on an H200 (docs/cuda.md, "Choosing the split"): one tile of rows
 // wants about one to two blocks per SM, each block over four adjacent runs (their words are
-// contiguous, which DRAM streams best) and K split over a power-of-two cluster; several tiles of
+// contiguous, which DRAM streams best) and K split over a power-of-two cluster, except where K
+// and N are at most 4096 (one run per block on the 255-register budget, below); several tiles of
 // rows share the weight through L2 and want one run per block and clusters of two. MoE items are
 // different experts and keep the split they were measured with.
 StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
