@@ -118,6 +118,53 @@ QuantSpec spec(int64_t K, int64_t N, int bits, int gs, bool sym, bool act_order 
   return s;
 }
 
+// The small-M split rule (host code, no GPU needed) on a 132-SM device: the splits H200 sweeps
+// measured fastest for one tile of rows (docs/cuda.md, "Choosing the split"), and for every
+// shape a split the launcher takes, with the properties the rule promises for K, N ≤ 4096.
+TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
+  auto chosen = [](int64_t K, int64_t N, int64_t M) {
+    cuda::GemmArgs a;
+    a.w.K = K;
+    a.w.N = N;
+    a.M = M;
+    return cuda::choose_stream_config(a, 132);
+  };
+  struct Expected {
+    int64_t K, N;
+    int runs, cluster, blocks_per_sm;
+  };
+  for (const Expected& e : {Expected{2048, 2048, 1, 2, 1}, Expected{4096, 4096, 1, 2, 1},
+                            Expected{1024, 4096, 1, 1, 1}, Expected{4096, 1024, 1, 4, 1},
+                            Expected{4096, 14336, 4, 4, 2}, Expected{14336, 4096, 4, 8, 2}})
+    for (int64_t M : {1, 4, 16}) {
+      const cuda::StreamConfig c = chosen(e.K, e.N, M);
+      EXPECT_EQ(c.runs_per_block, e.runs) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
+    }
+  for (int64_t K : {16, 128, 512, 1024, 2048, 4096, 4112, 8192, 14336})
+    for (int64_t N : {64, 128, 1024, 4096, 4160, 14336})
+      for (int64_t M : {1, 16, 17, 300}) {
+        const cuda::StreamConfig c = chosen(K, N, M);
+        const std::string at =
+            std::to_string(K) + "x" + std::to_string(N) + " M" + std::to_string(M);
+        EXPECT_TRUE(c.runs_per_block == 1 || c.runs_per_block == 2 || c.runs_per_block == 4 ||
+                    c.runs_per_block == 8)
+            << at;
+        EXPECT_TRUE(c.cluster == 1 || c.cluster == 2 || c.cluster == 4 || c.cluster == 8)
+            << at << ": cluster " << c.cluster;
+        EXPECT_TRUE(c.blocks_per_sm == 1 || c.blocks_per_sm == 2) << at;
+        if (M <= 16 && K <= 4096 && N <= 4096) {
+          const int64_t runs = N / 64, slabs = K / 16;
+          EXPECT_EQ(c.runs_per_block, 1) << at;
+          EXPECT_LE(runs * c.cluster, 132) << at << ": more blocks than SMs";
+          if (c.cluster > 1) {
+            EXPECT_GE(slabs / (8 * c.cluster), 8) << at << ": warps too short";
+          }
+        }
+      }
+}
+
 TEST(CudaMarlinStream, RowsDtypesAndGroupings) {
   NIBBLE_REQUIRE_GPU();
   const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
