@@ -53,7 +53,7 @@ struct Evaluation {
     targets.push_back(t);
   }
   // One target over the cases `pick` selects, with `quantity` of each against `goal`;
-  // `missing` says what is skipped when no case has the quantity.
+  // `not_run` says what is skipped when no case is selected.
   template <class Pick>
   void over(const std::vector<json>& cases, const std::string& target, const char* quantity,
             double goal, int threads, Pick&& pick, const std::string& not_run) {
@@ -68,13 +68,13 @@ struct Evaluation {
     }
     if (!any_case)
       skipped.push_back(target + ": " + not_run);
-    else if (!any_value)
-      skipped.push_back(target + ": the run has no " + quantity + " (" +
-                        (std::string(quantity).find("onednn") != std::string::npos ||
-                                 std::string(quantity).find("dense") != std::string::npos
-                             ? "--no-onednn"
-                             : "no AMX peaks on this machine") +
-                        ")");
+    else if (!any_value) {
+      const std::string q = quantity;  // a dense baseline is off only with --no-onednn
+      const bool dense =
+          q.find("onednn") != std::string::npos || q.find("dense") != std::string::npos;
+      skipped.push_back(target + ": the run has no " + q + " (" +
+                        (dense ? "--no-onednn" : "no AMX peaks on this machine") + ")");
+    }
   }
 };
 

@@ -104,26 +104,6 @@ struct NoWork {
   void operator()(int) const {}
 };
 
-// How far ahead of the unpacking each panel's weight stream is prefetched into L1: 4 KB, as in
-// the streaming kernels (docs/cpu_amx.md: at 16 threads on the AMX host, 2 KB into L1 and 8 KB
-// into L2 read the same within the noise).
-constexpr size_t kTilePrefetch = 4096;
-
-// Prefetch, in each of the NP panel streams of pair p, the lines kTilePrefetch ahead of k-tile t
-// (past a panel's end: the same stream of the next pair, where the walk goes next). Addresses are
-// integers: past the weight's end they point at nothing, which a prefetch never faults on.
-template <int NP>
-inline void prefetch_pair(const PackedLinear& w, int64_t p, int64_t t) {
-  const size_t tile_bytes = size_t(w.planes) * kTileBytes;
-  const size_t panel_bytes = size_t(w.ktiles) * tile_bytes;
-  const size_t ahead = size_t(t) * tile_bytes + kTilePrefetch;
-  const size_t at = ahead < panel_bytes ? ahead : ahead + size_t(NP - 1) * panel_bytes;
-  const uintptr_t b = reinterpret_cast<uintptr_t>(w.tile(p, 0)) + at;
-  for (int j = 0; j < NP; ++j)
-    for (size_t l = 0; l < tile_bytes; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(b + j * panel_bytes + l), _MM_HINT_T0);
-}
-
 // The part of n items that step i of `steps` takes: an equal share each, the rest at the last
 // (with fewer items than steps, the first n steps take one each).
 inline void step_share(int32_t n, int steps, int i, int32_t* first, int32_t* end) {
@@ -215,7 +195,7 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
     const Chunk& ch = w.a16_chunks[ci];
     uint8_t* b = b_of(ci) + l * plane_bytes;
     for (int32_t t = t0; t < t1; ++t) {
-      if (l == 0) prefetch_pair<NP>(w, p, ch.tile0 + t);
+      if (l == 0) prefetch_streams<NP>(w.tile(p, 0), w.panel_bytes(), PL, ch.tile0 + t);
       for (int j = 0; j < NP; ++j)
         unpack_bf16_tile(w.tile(p + j, ch.tile0 + t) + l * kTileBytes,
                          b + size_t(t * NP + j) * kBTile);
@@ -323,7 +303,7 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
     const Chunk& ch = w.a8_chunks[ci];
     uint8_t* b = b_of(ci);
     for (int32_t t = t0; t < t1; ++t) {
-      prefetch_pair<NP>(w, p, ch.tile0 + t);
+      prefetch_streams<NP>(w.tile(p, 0), w.panel_bytes(), w.planes, ch.tile0 + t);
       for (int j = 0; j < NP; ++j) {
         uint8_t* dst = b + size_t((t / 2) * NP + j) * kBTile + (t % 2) * 512;
         if (is_signed)

@@ -14,31 +14,12 @@ namespace {
 
 using namespace avx512;
 
-// How far ahead of its reads each weight stream prefetches into L1. Measured on the AMX host
-// (4096×14336, M = 1 and 4, alternating builds): 4 KB beat 2 KB by 5–10 %, 8 KB into L2 and no
-// prefetch by 10–15 % (docs/cpu_amx.md).
-constexpr int kPrefetch = 4096;
-
-// Prefetch, in each of the NP panel streams, the line kPrefetch bytes ahead of k-tile t. Near a
-// panel's end a stream continues where walk() goes next, the same stream of the next NP panels
-// (panels are contiguous). Addresses past the end of the weight are harmless: a prefetch never
-// faults.
-template <int NP, int PL>
-inline void prefetch_streams(const uint8_t* base, size_t panel_bytes, int32_t t) {
-  const size_t ahead = size_t(t) * PL * kTileBytes + kPrefetch;
-  const size_t at = ahead < panel_bytes ? ahead : ahead + size_t(NP - 1) * panel_bytes;
-  const uintptr_t b = reinterpret_cast<uintptr_t>(base) + at;
-  for (int j = 0; j < NP; ++j)
-    for (int l = 0; l < PL * kTileBytes; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(b + j * panel_bytes + size_t(l)), _MM_HINT_T0);
-}
-
 // W4A16 streaming: per 64 bytes of a panel, three shifts and four ternary-logic ops give four bf16
 // rows (128 + q) for VDPBF16PS.
 template <int MR, int NP, int PL>
 void a16_block(const A16Call& call, int64_t m0, int64_t p0) {
   const PackedLinear& w = *call.w;
-  const size_t panel_bytes = size_t(w.ktiles * w.planes) * kTileBytes;
+  const size_t panel_bytes = w.panel_bytes();
   const uint8_t* base = w.tile(p0, 0);
   const uint16_t* x[MR];
   for (int m = 0; m < MR; ++m) x[m] = call.x.x + size_t(m0 + m) * size_t(call.x.stride);
@@ -62,7 +43,7 @@ void a16_block(const A16Call& call, int64_t m0, int64_t p0) {
           for (int c = 0; c < CH; ++c) acc[m][j][l][c] = _mm512_setzero_ps();
     for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
       const uint8_t* tp = base + size_t(t) * PL * kTileBytes;
-      prefetch_streams<NP, PL>(base, panel_bytes, t);
+      prefetch_streams<NP>(base, panel_bytes, PL, t);
       for (int u = 0; u < 4; ++u) {
         __m512i v[NP][PL][4];
         for (int j = 0; j < NP; ++j)
@@ -100,7 +81,7 @@ void a16_block(const A16Call& call, int64_t m0, int64_t p0) {
 template <int MR, int NP, int PL>
 void a8_block(const A8Call& call, int64_t m0, int64_t p0) {
   const PackedLinear& w = *call.w;
-  const size_t panel_bytes = size_t(w.ktiles * w.planes) * kTileBytes;
+  const size_t panel_bytes = w.panel_bytes();
   const uint8_t* base = w.tile(p0, 0);
   const int8_t* x[MR];
   for (int m = 0; m < MR; ++m) x[m] = call.x.q + size_t(m0 + m) * size_t(call.x.stride);
@@ -116,7 +97,7 @@ void a8_block(const A8Call& call, int64_t m0, int64_t p0) {
       for (int j = 0; j < NP; ++j) acc[m][j] = _mm512_setzero_si512();
     for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
       const uint8_t* tp = base + size_t(t) * PL * kTileBytes;
-      prefetch_streams<NP, PL>(base, panel_bytes, t);
+      prefetch_streams<NP>(base, panel_bytes, PL, t);
       for (int u = 0; u < 4; ++u) {
         __m512i lo[NP], hi[NP];
         for (int j = 0; j < NP; ++j) {

@@ -103,6 +103,8 @@ struct PackedLinear {
   const uint8_t* tile(int64_t panel, int64_t ktile) const {
     return q.data() + size_t((panel * ktiles + ktile) * planes) * kTileBytes;
   }
+  /// Bytes of one panel (all its k-tiles and planes): the distance between two panel streams.
+  size_t panel_bytes() const { return size_t(ktiles * planes) * kTileBytes; }
   /// The 16 scales of a panel's group: 16-bit words (f16/bf16) or fp32 bit patterns (f32).
   const uint16_t* halfs_of(int64_t panel, int64_t group) const {
     return scale_halfs.data() + size_t(panel * groups + group) * kPanel;
