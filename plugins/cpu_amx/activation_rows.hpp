@@ -8,9 +8,28 @@
 
 #include <dlpack/dlpack.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace nibble::cpu_amx {
+
+/// One chunk of a row in the w4a16 fixed-point form (A16FixedActivations).
+struct FixedChunk {
+  float step;   ///< 2^-shift, or a quiet NaN when the chunk holds a NaN or an infinity
+  int32_t sum;  ///< Σ v
+};
+
+/// The fixed-point shift for a chunk whose largest magnitude is amax (finite, > 0): 13 − E with E
+/// its exponent field − 127, at least −126, so |x| · 2^shift < 2^14 for every x of the chunk.
+inline int fixed_point_shift(float amax) {
+  uint32_t bits;
+  std::memcpy(&bits, &amax, 4);
+  const int e = int((bits >> 23) & 0xFF) - 127;
+  return 13 - (e < -126 ? -126 : e);
+}
+/// 2^-shift (shift ≤ 139, so it is at least the smallest subnormal: exact).
+inline float fixed_point_step(int shift) { return std::ldexp(1.f, -shift); }
 
 struct RowKernels {
   /// n values of an f32, f16 or bf16 row as fp32 (exact).
@@ -26,6 +45,11 @@ struct RowKernels {
   /// (a8_position within each 8 slots). Returns sa, or a quiet NaN when any x is NaN (so the NaN
   /// reaches the row's outputs; an infinite x already makes sa infinite).
   float (*quantize)(const float* in, int64_t n, int8_t* out);
+  /// n floats (n a multiple of 16) in 15-bit fixed point: E = (the exponent field of max|x|) − 127,
+  /// at least −126; shift = 13 − E; v = round-half-even(x · 2^shift), one rounding; the high byte
+  /// (v + 128) >> 8 to hi and v − 256·high to lo, both at the A8 slot positions. All zeros give
+  /// step 1; a NaN or an infinite x gives zeros and a NaN step.
+  FixedChunk (*to_fixed)(const float* in, int64_t n, int8_t* hi, int8_t* lo);
 };
 
 /// The row kernels for an ISA level (AVX-512 ones from the avx512 level up).

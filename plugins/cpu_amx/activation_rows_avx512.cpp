@@ -99,8 +99,41 @@ float quantize(const float* in, int64_t n, int8_t* out) {
   return nan ? std::numeric_limits<float>::quiet_NaN() : sa;
 }
 
+FixedChunk to_fixed(const float* in, int64_t n, int8_t* hi, int8_t* lo) {
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(in + i));
+    amax = _mm512_max_ps(a, amax);
+    bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);  // infinite or NaN
+  }
+  const float a = _mm512_reduce_max_ps(amax);
+  if (bad || a == 0.f) {
+    std::memset(hi, 0, size_t(n));
+    std::memset(lo, 0, size_t(n));
+    return {bad ? std::numeric_limits<float>::quiet_NaN() : 1.f, 0};
+  }
+  const int shift = fixed_point_shift(a);
+  const __m512 scale = _mm512_set1_ps(float(shift));
+  const __m128i order = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  __m512i sum = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512i v = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(_mm512_loadu_ps(in + i), scale),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
+    const __m512i l = _mm512_sub_epi32(v, _mm512_slli_epi32(h, 8));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + i),
+                     _mm_shuffle_epi8(_mm512_cvtepi32_epi8(h), order));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + i),
+                     _mm_shuffle_epi8(_mm512_cvtepi32_epi8(l), order));
+    sum = _mm512_add_epi32(sum, v);
+  }
+  return {fixed_point_step(shift), _mm512_reduce_add_epi32(sum)};
+}
+
 }  // namespace
 
-RowKernels row_kernels_avx512() { return {&widen, &to_bf16, &sum_bf16, &quantize}; }
+RowKernels row_kernels_avx512() { return {&widen, &to_bf16, &sum_bf16, &quantize, &to_fixed}; }
 
 }  // namespace nibble::cpu_amx

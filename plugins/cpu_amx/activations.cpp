@@ -60,6 +60,31 @@ float quantize_portable(const float* in, int64_t n, int8_t* out) {
   return has_nan ? std::numeric_limits<float>::quiet_NaN() : sa;
 }
 
+FixedChunk to_fixed_portable(const float* in, int64_t n, int8_t* hi, int8_t* lo) {
+  float amax = 0.f;
+  bool bad = false;
+  for (int64_t k = 0; k < n; ++k) {
+    amax = std::max(amax, std::fabs(in[k]));
+    bad |= !std::isfinite(in[k]);
+  }
+  if (bad || amax == 0.f) {
+    std::memset(hi, 0, size_t(n));
+    std::memset(lo, 0, size_t(n));
+    return {bad ? std::numeric_limits<float>::quiet_NaN() : 1.f, 0};
+  }
+  const int shift = fixed_point_shift(amax);
+  int32_t sum = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const auto v = int32_t(std::nearbyint(std::ldexp(in[k], shift)));  // |v| ≤ 2^14
+    const int32_t h = (v + 128) >> 8;                                  // arithmetic shift: floor
+    const size_t at = size_t((k & ~int64_t(7)) + a8_position(int(k & 7)));
+    hi[at] = int8_t(h);
+    lo[at] = int8_t(v - 256 * h);
+    sum += v;
+  }
+  return {fixed_point_step(shift), sum};
+}
+
 // Row m of x in the weight's slot order as fp32 (`slots`, Kp values, zero in padding slots);
 // `row` is K values of scratch.
 void stage_slots(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& rk, int64_t m,
@@ -76,7 +101,8 @@ void stage_slots(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& 
 
 RowKernels row_kernels(IsaLevel level) {
   if (level >= IsaLevel::avx512) return row_kernels_avx512();
-  return {&widen_portable, &to_bf16_portable, &sum_bf16_portable, &quantize_portable};
+  return {&widen_portable, &to_bf16_portable, &sum_bf16_portable, &quantize_portable,
+          &to_fixed_portable};
 }
 
 size_t a16_workspace_bytes(const PackedLinear& w, int64_t M) {
@@ -181,6 +207,50 @@ void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a
       for (int64_t i = 0; i < int64_t(ch.ntiles) * kTileK; ++i) s += v[i];
       srow[c] = s;
     }
+  }
+}
+
+size_t a16_fixed_workspace_bytes(const PackedLinear& w, int64_t M) {
+  return align64(size_t(2 * M) * size_t(a8_stride(w.Kp))) +
+         2 * align64(size_t(M) * w.a8_chunks.size() * 4);
+}
+
+A16FixedActivations a16_fixed_view(const PackedLinear& w, int64_t M, void* workspace) {
+  char* p = static_cast<char*>(workspace);
+  A16FixedActivations a;
+  a.q = reinterpret_cast<const int8_t*>(p);
+  a.stride = a8_stride(w.Kp);
+  p += align64(size_t(2 * M) * size_t(a.stride));
+  a.step = reinterpret_cast<const float*>(p);
+  p += align64(size_t(M) * w.a8_chunks.size() * 4);
+  a.sum = reinterpret_cast<const int32_t*>(p);
+  a.chunks = int64_t(w.a8_chunks.size());
+  return a;
+}
+
+void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedActivations& a,
+                    int64_t m0, int64_t m1, IsaLevel level) {
+  const RowKernels rk = row_kernels(level);
+  thread_local std::vector<float> row, slots;  // kept: a warm forward allocates nothing
+  if (row.size() < size_t(w.K)) row.resize(size_t(w.K));
+  if (slots.size() < size_t(w.Kp)) slots.resize(size_t(w.Kp));
+  auto* q = const_cast<int8_t*>(a.q);
+  auto* steps = const_cast<float*>(a.step);
+  auto* sums = const_cast<int32_t*>(a.sum);
+  for (int64_t m = m0; m < std::min(m1, x.rows); ++m) {
+    stage_slots(x, w, rk, m, row.data(), slots.data());
+    int8_t* hi = q + size_t(2 * m) * size_t(a.stride);
+    int8_t* lo = hi + a.stride;
+    for (size_t c = 0; c < w.a8_chunks.size(); ++c) {
+      const Chunk& ch = w.a8_chunks[c];
+      const size_t at = size_t(ch.tile0) * kTileK;
+      const FixedChunk f =
+          rk.to_fixed(slots.data() + at, int64_t(ch.ntiles) * kTileK, hi + at, lo + at);
+      steps[size_t(m) * size_t(a.chunks) + c] = f.step;
+      sums[size_t(m) * size_t(a.chunks) + c] = f.sum;
+    }
+    std::memset(hi + w.Kp, 0, size_t(a.stride - w.Kp));
+    std::memset(lo + w.Kp, 0, size_t(a.stride - w.Kp));
   }
 }
 

@@ -37,6 +37,13 @@ A8Activations a8_view(const PackedLinear& w, int64_t M, void* workspace);
 void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a, int64_t m0,
              int64_t m1, IsaLevel level);
 
+/// Workspace bytes for the w4a16 fixed-point activations of M rows (A16FixedActivations).
+size_t a16_fixed_workspace_bytes(const PackedLinear& w, int64_t M);
+A16FixedActivations a16_fixed_view(const PackedLinear& w, int64_t M, void* workspace);
+/// Rows [m0, m1) of x as fixed point, chunk by chunk of the weight's a8 chunks.
+void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedActivations& a,
+                    int64_t m0, int64_t m1, IsaLevel level);
+
 /// Rows [m0, m1) of `to` (an n-row buffer laid out for the same weight slots as `from`) from
 /// rows source[m] of `from`; rows ≥ n are padding (zeroed). Lets MoE convert or quantize each
 /// token once and hand every expert it is routed to a copy, instead of once per expert.

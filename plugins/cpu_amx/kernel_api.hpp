@@ -36,6 +36,18 @@ struct A8Activations {
   int64_t chunks = 0;
 };
 
+/// w4a16 activations as 15-bit fixed point for the int8 tile path at small M: per (row, a8 chunk)
+/// a power of two `step` so that each value is v·step with v an integer, |v| ≤ 2^14, and v in two
+/// int8 tile rows, high byte h = (v + 128) >> 8 (|h| ≤ 64) then low byte v − 256·h, each in the
+/// slot order of A8Activations. docs/formats.md#w4a16-fixed-point defines it.
+struct A16FixedActivations {
+  const int8_t* q = nullptr;     ///< [2·M][stride]: row 2m the high bytes of row m, 2m + 1 the low
+  int64_t stride = 0;            ///< bytes per row (≥ Kp + 64, as A8Activations)
+  const float* step = nullptr;   ///< [M][chunks] 2^-shift, NaN where the chunk is not finite
+  const int32_t* sum = nullptr;  ///< [M][chunks] Σ v (the 8-bit zero-point term needs it)
+  int64_t chunks = 0;
+};
+
 /// Where results go: y[m][n] for n < N, in y's dtype (f32, f16 or bf16). `data` holds element
 /// (row0, col0), so a caller may point a block of rows and columns at a small scratch buffer.
 struct OutputView {
@@ -57,6 +69,10 @@ struct A16Call {
   /// The tile kernel dequantizes B once to bf16 ((q − z)·s rounded once) and runs a plain bf16
   /// GEMM instead of the exact per-group epilogue (the dispatcher sets it above a row count).
   bool dequantize_b = false;
+  /// The tile kernel takes the activations from `fixed` (filled by a16_fixed_fill) instead of
+  /// `x`: int8 tiles with two rows per activation row (the dispatcher sets it at small M).
+  bool fixed_point = false;
+  A16FixedActivations fixed{};
 };
 
 struct A8Call {

@@ -160,6 +160,21 @@ void start_with_bias(const PackedLinear& w, int64_t p, int64_t rows, float* out)
     for (int j = 0; j < NP; ++j) _mm512_store_ps(out + r * 32 + 16 * j, load_bias(w, p + j));
 }
 
+// Output rows [m0, m1) of panels p .. p+NP-1 accumulate in `out` (32 floats per row, from the
+// bias) and are stored to y at the end.
+template <int NP>
+float* start_rows(const PackedLinear& w, int64_t p, int64_t rows, std::vector<uint8_t>& omem) {
+  float* out = aligned_scratch<float>(omem, size_t(rows) * 32 * 4);
+  start_with_bias<NP>(w, p, rows, out);
+  return out;
+}
+template <int NP>
+void store_rows(const OutputView& y, int64_t m0, int64_t m1, int64_t p, const float* out) {
+  for (int64_t m = m0; m < m1; ++m)
+    for (int j = 0; j < NP; ++j)
+      store16(y, m, (p + j) * kPanel, _mm512_load_ps(out + (m - m0) * 32 + 16 * j));
+}
+
 // The tile work of a pair runs as a sequence of steps, one per (chunk, row block) in that order.
 // A step issues its tile products with the unpacking of the next chunk's B tiles (into the other
 // half of a double buffer) placed a share at a time between them, in one block of the chunk
@@ -179,8 +194,7 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   const size_t chunks = w.a16_chunks.size();
   if (blocks == 0) return;
-  float* out = aligned_scratch<float>(omem, size_t(blocks * kBlockRows) * 32 * 4);
-  start_with_bias<NP>(w, p, blocks * kBlockRows, out);
+  float* out = start_rows<NP>(w, p, blocks * kBlockRows, omem);
   alignas(64) float cbuf[2][2][32 * 32];  // [step parity][plane]
   const float offset = a16_weight_offset(PL);
   const int64_t a_stride = call.x.stride * 2;
@@ -258,26 +272,20 @@ void a16_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p, std::vecto
     }
   }
   if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
-  for (int64_t m = m0; m < std::min(m1, call.M); ++m)
-    for (int j = 0; j < NP; ++j)
-      store16(call.y, m, (p + j) * kPanel, _mm512_load_ps(out + (m - m0) * 32 + 16 * j));
+  store_rows<NP>(call.y, m0, std::min(m1, call.M), p, out);
 }
 
-template <int NP, int MB>
-void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<uint8_t>& bmem,
-             std::vector<uint8_t>& omem) {
-  const PackedLinear& w = *call.w;
-  const int64_t rows = m1 - m0;
+// The int8 tile pipeline of panels p .. p+NP-1 over the weight's a8 chunks, for `blocks` blocks
+// of 16·MB A rows from a0 (a_stride bytes apart): per step (chunk, block) the block's products
+// into int32 C tiles, then epilogue(ci, blk, c, s, z) on the previous step's C (c[32][32], row
+// stride 32) with its chunk's scales and zeros. 4-bit: B = q − z (signed), TDPBSSD, no
+// correction. 8-bit: B = q (unsigned), TDPBSUD, the epilogue subtracts the zero-point term.
+template <int NP, int MB, class Epilogue>
+void int8_pipeline(const PackedLinear& w, int64_t p, const int8_t* a0, int64_t a_stride,
+                   int64_t blocks, std::vector<uint8_t>& bmem, const Epilogue& epilogue) {
   constexpr int64_t kBlockRows = 16 * MB;
-  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   const size_t chunks = w.a8_chunks.size();
-  if (blocks == 0) return;
-  float* out = aligned_scratch<float>(omem, size_t(blocks * kBlockRows) * 32 * 4);
-  start_with_bias<NP>(w, p, blocks * kBlockRows, out);
   alignas(64) int32_t cbuf[2][32 * 32];  // [step parity]
-  const int64_t a_stride = call.x.stride;
-  // 4-bit: B = q − z (signed), TDPBSSD, no correction. 8-bit: B = q (unsigned), TDPBSUD, and
-  // z·Σqa subtracted in the epilogue.
   const bool is_signed = w.planes == 1;
   // B tiles hold two k-tiles (K = 64); an odd last k-tile leaves its second half zero, so the
   // A tile's overhang into the next chunk multiplies zeros. Two chunks' worth, by chunk parity.
@@ -314,24 +322,8 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
       }
     }
   };
-  auto epilogue = [&](size_t ci, int64_t blk, int slot) {
-    const int64_t mb = m0 + blk * kBlockRows;
-    const int32_t* c = cbuf[slot];
-    const __m512* sc = s[ci % 3];
-    const __m512i* zc = z[ci % 3];
-    const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
-    for (int64_t r = 0; r < live; ++r) {
-      const __m512i qs = _mm512_set1_epi32(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
-      const __m512 sa = _mm512_set1_ps(call.x.scale[mb + r]);
-      float* o = out + (blk * kBlockRows + r) * 32;
-      for (int j = 0; j < NP; ++j) {
-        __m512i exact = _mm512_load_si512(c + r * 32 + 16 * j);
-        if (!is_signed) exact = _mm512_sub_epi32(exact, _mm512_mullo_epi32(zc[j], qs));
-        const __m512 t1 = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), sa);
-        const __m512 t2 = _mm512_mul_ps(t1, sc[j]);
-        _mm512_store_ps(o + 16 * j, _mm512_add_ps(_mm512_load_ps(o + 16 * j), t2));
-      }
-    }
+  auto finish = [&](size_t ci, int64_t blk, int slot) {
+    epilogue(ci, blk, static_cast<const int32_t*>(cbuf[slot]), s[ci % 3], z[ci % 3]);
   };
   if (chunks > 0) {
     start_chunk(0);
@@ -344,9 +336,8 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
     const int steps = (ch.ntiles + 1) / 2;
     const uint8_t* b = b_of(ci);
     for (int64_t blk = 0; blk < blocks; ++blk, ++step) {
-      const int64_t mb = m0 + blk * kBlockRows;
-      const uint8_t* a = reinterpret_cast<const uint8_t*>(call.x.q + size_t(mb) * size_t(a_stride) +
-                                                          size_t(ch.tile0) * kTileK);
+      const uint8_t* a = reinterpret_cast<const uint8_t*>(
+          a0 + size_t(blk * kBlockRows) * size_t(a_stride) + size_t(ch.tile0) * kTileK);
       // The next chunk's B tiles are unpacked between the last block's products (as in
       // a16_pair), into the buffer of the chunk before, whose tile loads are all issued.
       const bool next = blk == blocks - 1 && ci + 1 < chunks;
@@ -362,15 +353,75 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
       else
         next ? tile_block_int8<NP, MB>(a, a_stride, b, steps, cbuf[step & 1], unpack_next)
              : tile_block_int8<NP, MB>(a, a_stride, b, steps, cbuf[step & 1]);
-      if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
+      if (step > 0) finish(last_ci, last_blk, int((step - 1) & 1));
       last_ci = ci;
       last_blk = blk;
     }
   }
-  if (step > 0) epilogue(last_ci, last_blk, int((step - 1) & 1));
-  for (int64_t m = m0; m < std::min(m1, call.M); ++m)
-    for (int j = 0; j < NP; ++j)
-      store16(call.y, m, (p + j) * kPanel, _mm512_load_ps(out + (m - m0) * 32 + 16 * j));
+  if (step > 0) finish(last_ci, last_blk, int((step - 1) & 1));
+}
+
+template <int NP, int MB>
+void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<uint8_t>& bmem,
+             std::vector<uint8_t>& omem) {
+  const PackedLinear& w = *call.w;
+  constexpr int64_t kBlockRows = 16 * MB;
+  const int64_t blocks = (m1 - m0 + kBlockRows - 1) / kBlockRows;
+  if (blocks == 0) return;
+  float* out = start_rows<NP>(w, p, blocks * kBlockRows, omem);
+  const bool is_signed = w.planes == 1;
+  auto epilogue = [&](size_t ci, int64_t blk, const int32_t* c, const __m512* sc,
+                      const __m512i* zc) {
+    const int64_t mb = m0 + blk * kBlockRows;
+    const int64_t live = std::min<int64_t>(kBlockRows, call.M - mb);
+    for (int64_t r = 0; r < live; ++r) {
+      const __m512i qs = _mm512_set1_epi32(call.x.sum[size_t(mb + r) * size_t(call.x.chunks) + ci]);
+      const __m512 sa = _mm512_set1_ps(call.x.scale[mb + r]);
+      float* o = out + (blk * kBlockRows + r) * 32;
+      for (int j = 0; j < NP; ++j) {
+        __m512i exact = _mm512_load_si512(c + r * 32 + 16 * j);
+        if (!is_signed) exact = _mm512_sub_epi32(exact, _mm512_mullo_epi32(zc[j], qs));
+        const __m512 t1 = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), sa);
+        const __m512 t2 = _mm512_mul_ps(t1, sc[j]);
+        _mm512_store_ps(o + 16 * j, _mm512_add_ps(_mm512_load_ps(o + 16 * j), t2));
+      }
+    }
+  };
+  int8_pipeline<NP, MB>(w, p, call.x.q + size_t(m0) * size_t(call.x.stride), call.x.stride, blocks,
+                        bmem, epilogue);
+  store_rows<NP>(call.y, m0, std::min(m1, call.M), p, out);
+}
+
+// W4A16 at small M on the int8 pipeline: activation row m is tile rows 2m (high byte) and 2m + 1
+// (low byte) of one A tile, so C holds Σ h·b and Σ l·b and the row's exact Σ v·b is
+// 256·C[2m] + C[2m+1] (|Σ v·b| < 2^31 for chunks of up to 128 inputs); the epilogue adds
+// s · (that · step). Half the tile products and B-tile bytes of the bf16 path for the same K.
+template <int NP>
+void a16_fixed_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p,
+                    std::vector<uint8_t>& bmem, std::vector<uint8_t>& omem) {
+  const PackedLinear& w = *call.w;
+  const A16FixedActivations& x = call.fixed;
+  const int64_t rows = m1 - m0;
+  float* out = start_rows<NP>(w, p, rows, omem);
+  const bool is_signed = w.planes == 1;
+  auto epilogue = [&](size_t ci, int64_t, const int32_t* c, const __m512* sc, const __m512i* zc) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t at = size_t(m0 + r) * size_t(x.chunks) + ci;
+      const __m512 step = _mm512_set1_ps(x.step[at]);
+      const __m512i vs = _mm512_set1_epi32(x.sum[at]);
+      float* o = out + r * 32;
+      for (int j = 0; j < NP; ++j) {
+        __m512i exact =
+            _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c + 2 * r * 32 + 16 * j), 8),
+                             _mm512_load_si512(c + (2 * r + 1) * 32 + 16 * j));
+        if (!is_signed) exact = _mm512_sub_epi32(exact, _mm512_mullo_epi32(zc[j], vs));
+        const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), step);
+        _mm512_store_ps(o + 16 * j, _mm512_fmadd_ps(t, sc[j], _mm512_load_ps(o + 16 * j)));
+      }
+    }
+  };
+  int8_pipeline<NP, 1>(w, p, x.q + size_t(2 * m0) * size_t(x.stride), x.stride, 1, bmem, epilogue);
+  store_rows<NP>(call.y, m0, m1, p, out);
 }
 
 // ---- W4A16 above the crossover: B dequantized to bf16 once, then a plain bf16 tile GEMM ----
@@ -561,6 +612,15 @@ void walk_pairs(const Call& call, int64_t row_bytes, int64_t m0, int64_t m1, int
 }  // namespace
 
 void a16_amx(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  if (call.fixed_point) {  // two tile rows per activation row: at most 8 rows
+    if (m1 <= m0) return;
+    TileScope tiles(int(2 * (m1 - m0)));
+    thread_local std::vector<uint8_t> bmem, omem;
+    for (int64_t p = p0; p < p1; p += 2)
+      p + 1 < p1 ? a16_fixed_pair<2>(call, m0, m1, p, bmem, omem)
+                 : a16_fixed_pair<1>(call, m0, m1, p, bmem, omem);
+    return;
+  }
   if (call.dequantize_b && m1 - m0 > 16) {
     call.w->planes == 1 ? a16_dequantized<1>(call, m0, m1, p0, p1)
                         : a16_dequantized<2>(call, m0, m1, p0, p1);

@@ -178,6 +178,13 @@ int64_t dequant_row_threshold() {
   return sdk::env_integer("NIBBLE_CPU_AMX_DEQUANT_M", 0, int64_t(1) << 40).value_or(64);
 }
 
+// W4A16 rows up to this many (at most 8: two tile rows each fill one 16-row A tile) run the AMX
+// int8 tiles on 15-bit fixed-point activations (docs/formats.md#w4a16-fixed-point) instead of
+// the bf16 tiles. NIBBLE_CPU_AMX_FIXED_M (read at prepare; 0 turns it off) overrides it.
+int64_t fixed_point_row_limit() {
+  return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_M", 0, 8).value_or(8);
+}
+
 namespace {
 
 class LinearPrepared final : public sdk::Prepared {
@@ -188,12 +195,15 @@ class LinearPrepared final : public sdk::Prepared {
         level_(level),
         paths_(paths_for(level)),
         small_m_(streaming_row_limit(mode == Mode::a16)),
-        dequant_m_(dequant_row_threshold()) {}
+        dequant_m_(dequant_row_threshold()),
+        fixed_m_(mode == Mode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0) {}
 
   size_t bytes() const override { return w_->bytes(); }
 
   size_t workspace_bytes(int64_t M) const override {
-    return mode_ == Mode::a16 ? a16_workspace_bytes(*w_, M) : a8_workspace_bytes(*w_, M);
+    if (mode_ == Mode::a8) return a8_workspace_bytes(*w_, M);
+    return std::max(a16_workspace_bytes(*w_, M),
+                    fixed_point(M) ? a16_fixed_workspace_bytes(*w_, M) : size_t(0));
   }
 
   void forward(const sdk::ForwardArgs& args, const sdk::Exec& exec) const override {
@@ -206,7 +216,15 @@ class LinearPrepared final : public sdk::Prepared {
     // at most.
     const int64_t rows = large ? padded_rows(M) : M;
     const int64_t row_align = large ? kRowPad : 4;
-    if (mode_ == Mode::a16) {
+    if (mode_ == Mode::a16 && fixed_point(M)) {
+      A16Call call{w_.get(), {}, y, M};
+      call.fixed_point = true;
+      call.fixed = a16_fixed_view(*w_, M, exec.workspace);
+      run_linear(
+          M, M, w_->panels, bytes, threads, row_align,
+          [&](int64_t a, int64_t b) { a16_fixed_fill(args.x, *w_, call.fixed, a, b, level_); },
+          [&](const Slice& s) { paths_.a16_large(call, s.m0, s.m1, s.p0, s.p1); });
+    } else if (mode_ == Mode::a16) {
       A16Call call{w_.get(), a16_view(*w_, M, exec.workspace), y, M};
       call.dequantize_b = M >= dequant_m_;
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
@@ -225,12 +243,17 @@ class LinearPrepared final : public sdk::Prepared {
   }
 
  private:
+  // Whether M rows take the fixed-point tile path (AMX, above the streaming rows, at most
+  // fixed_m_).
+  bool fixed_point(int64_t M) const { return M > small_m_ && M <= fixed_m_; }
+
   Mode mode_;
   std::unique_ptr<PackedLinear> w_;
   IsaLevel level_;
   Paths paths_;
   int64_t small_m_;
   int64_t dequant_m_;
+  int64_t fixed_m_;
 };
 
 class LinearKernel final : public sdk::Kernel {

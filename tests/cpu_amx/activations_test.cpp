@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 
 namespace nibble::cpu_amx {
 namespace {
@@ -88,6 +89,74 @@ TEST(CpuAmxActivationRows, PortableKernelsFollowTheirDefinitions) {
   }
 }
 
+// The fixed-point value of slot k of a chunk, from its high and low bytes.
+int32_t fixed_value(const std::vector<int8_t>& hi, const std::vector<int8_t>& lo, size_t k) {
+  const size_t at = (k & ~size_t(7)) + size_t(a8_position(int(k & 7)));
+  return 256 * int32_t(hi[at]) + int32_t(lo[at]);
+}
+
+TEST(CpuAmxActivationRows, PortableFixedPointFollowsItsDefinition) {
+  const RowKernels rk = row_kernels(IsaLevel::scalar);
+  std::vector<int8_t> hi(128), lo(128);
+  // Chunks of ordinary, huge, tiny and subnormal magnitudes.
+  for (float scale : {1.f, 3e37f, 1e-30f, 1e-41f}) {
+    std::vector<float> x = awkward_floats(128, uint32_t(scale * 1e3f) + 1, false);
+    for (float& f : x) f *= scale;
+    const FixedChunk f = rk.to_fixed(x.data(), 128, hi.data(), lo.data());
+    float amax = 0;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    int e;
+    std::frexp(amax, &e);  // amax = m · 2^e, m in [0.5, 1): its exponent is e − 1
+    const int shift = 13 - std::max(e - 1, -126);
+    ASSERT_EQ(f.step, std::ldexp(1.f, -shift)) << scale;
+    int32_t sum = 0;
+    for (size_t k = 0; k < x.size(); ++k) {
+      const size_t at = (k & ~size_t(7)) + size_t(a8_position(int(k & 7)));
+      const int32_t v = fixed_value(hi, lo, k);
+      ASSERT_EQ(v, int32_t(std::nearbyint(std::ldexp(double(x[k]), shift)))) << scale << " " << k;
+      ASSERT_LE(std::abs(v), 1 << 14);
+      ASSERT_LE(std::abs(int(hi[at])), 64);
+      ASSERT_EQ(int(hi[at]), (v + 128) >> 8);
+      // Every value within half a step, so within 2^-14 of the chunk's largest magnitude where
+      // that is a normal number (below, the step stays 2^-139).
+      const double err = std::fabs(double(x[k]) - double(v) * double(f.step));
+      ASSERT_LE(err, 0.5 * double(f.step)) << scale << " " << k;
+      if (amax >= std::numeric_limits<float>::min()) {
+        ASSERT_LE(err, double(amax) * 0x1p-14) << scale << " " << k;
+      }
+      sum += v;
+    }
+    EXPECT_EQ(f.sum, sum) << scale;
+  }
+  // Values within 2^6 of the chunk's largest are exact when they are bf16 values.
+  std::vector<float> b = awkward_floats(128, 5, false);
+  for (float& v : b) v = sdk::bf16_to_f32(sdk::f32_to_bf16(v));
+  b[3] = 4.f;  // largest magnitude; the others are N(0, 3) clipped to ±4 below
+  for (float& v : b) v = std::max(-4.f, std::min(4.f, v));
+  const FixedChunk fb = rk.to_fixed(b.data(), 128, hi.data(), lo.data());
+  for (size_t k = 0; k < b.size(); ++k)
+    if (std::fabs(b[k]) >= 4.f / 64) {
+      ASSERT_EQ(double(fixed_value(hi, lo, k)) * double(fb.step), double(b[k])) << k;
+    }
+  // All zeros: step 1, zero bytes. A NaN or an infinity anywhere: step NaN, zero bytes.
+  std::vector<float> zeros(32, 0.f);
+  const FixedChunk fz = rk.to_fixed(zeros.data(), 32, hi.data(), lo.data());
+  EXPECT_EQ(fz.step, 1.f);
+  EXPECT_EQ(fz.sum, 0);
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()})
+    for (int at : {0, 17, 31}) {
+      std::vector<float> row = awkward_floats(32, uint32_t(at), false);
+      row[size_t(at)] = bad;
+      hi.assign(32, 1);
+      lo.assign(32, 1);
+      const FixedChunk fn = rk.to_fixed(row.data(), 32, hi.data(), lo.data());
+      EXPECT_TRUE(std::isnan(fn.step)) << at;
+      EXPECT_EQ(hi, std::vector<int8_t>(32, 0)) << at;
+      EXPECT_EQ(lo, std::vector<int8_t>(32, 0)) << at;
+    }
+}
+
 TEST(CpuAmxActivationRows, Avx512KernelsGiveThePortableBits) {
   if (!have_avx512()) GTEST_SKIP() << "no AVX-512 on this machine";
   const RowKernels p = row_kernels(IsaLevel::scalar), v = row_kernels(IsaLevel::avx512);
@@ -120,6 +189,18 @@ TEST(CpuAmxActivationRows, Avx512KernelsGiveThePortableBits) {
       EXPECT_EQ(0, std::memcmp(&ap, &av, 4)) << "sa n=" << n;
       EXPECT_EQ(qp, qv) << "quantize n=" << n;
     }
+    std::vector<float> tiny = f, huge = f;
+    for (float& t : tiny) t *= 1e-40f;  // subnormal
+    for (float& t : huge) t *= 1e37f;
+    for (const std::vector<float>* row : {&f, &x, &std::as_const(tiny), &std::as_const(huge)}) {
+      std::vector<int8_t> hp(size_t(n), 7), lp(size_t(n), 7), hv(size_t(n), 9), lv(size_t(n), 9);
+      const FixedChunk a = p.to_fixed(row->data(), n, hp.data(), lp.data());
+      const FixedChunk b = v.to_fixed(row->data(), n, hv.data(), lv.data());
+      EXPECT_EQ(0, std::memcmp(&a.step, &b.step, 4)) << "step n=" << n;
+      EXPECT_EQ(a.sum, b.sum) << "fixed sum n=" << n;
+      EXPECT_EQ(hp, hv) << "fixed high bytes n=" << n;
+      EXPECT_EQ(lp, lv) << "fixed low bytes n=" << n;
+    }
   }
 }
 
@@ -148,8 +229,11 @@ TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
       xt.dtype = dt;
       xt.shape = shape;
       const sdk::Matrix xm = sdk::as_matrix(&xt, "x");
-      std::vector<std::vector<uint8_t>> a16, a8;
+      std::vector<std::vector<uint8_t>> a16, a8, fixed;
       for (IsaLevel level : levels) {
+        std::vector<uint8_t> bf(a16_fixed_workspace_bytes(*packed, M), 0xAB);
+        a16_fixed_fill(xm, *packed, a16_fixed_view(*packed, M, bf.data()), 0, M, level);
+        fixed.push_back(bf);
         std::vector<uint8_t> b16(a16_workspace_bytes(*packed, M), 0xAB);
         a16_fill(xm, *packed, a16_view(*packed, M, b16.data()), 0, padded_rows(M), level);
         a16.push_back(b16);
@@ -162,6 +246,8 @@ TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
                                   << " " << sdk::dtype_name(dt);
         EXPECT_EQ(a8[0], a8[i]) << "a8 " << isa_name(levels[i]) << " act_order " << act_order << " "
                                 << sdk::dtype_name(dt);
+        EXPECT_EQ(fixed[0], fixed[i]) << "fixed " << isa_name(levels[i]) << " act_order "
+                                      << act_order << " " << sdk::dtype_name(dt);
       }
       // Every slot of a real row holds its source channel (bf16 of it); padding slots are zero.
       const A16Activations v = a16_view(*packed, M, a16[0].data());
@@ -176,6 +262,30 @@ TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
           const uint16_t want =
               src < 0 ? 0 : sdk::f32_to_bf16(float(x.values[size_t(m * spec.K + src)]));
           ASSERT_EQ(got, want) << "row " << m << " slot " << s;
+        }
+      // The fixed-point rows hold the same channels, each within half its chunk's step, and
+      // zero in padding slots and past the last slot.
+      const A16FixedActivations f = a16_fixed_view(*packed, M, fixed[0].data());
+      for (int64_t m = 0; m < M; ++m)
+        for (size_t c = 0; c < packed->a8_chunks.size(); ++c) {
+          const Chunk& ch = packed->a8_chunks[c];
+          const float step = f.step[size_t(m) * size_t(f.chunks) + c];
+          int32_t sum = 0;
+          for (int64_t s = ch.tile0 * kTileK; s < (ch.tile0 + ch.ntiles) * kTileK; ++s) {
+            const size_t at = size_t((s & ~int64_t(7)) + a8_position(int(s & 7)));
+            const int32_t v =
+                256 * f.q[size_t(2 * m * f.stride) + at] + f.q[size_t((2 * m + 1) * f.stride) + at];
+            const int32_t src = source[size_t(s)];
+            const double want = src < 0 ? 0 : x.values[size_t(m * spec.K + src)];
+            ASSERT_LE(std::fabs(double(v) * double(step) - want), 0.5 * double(step))
+                << "row " << m << " slot " << s;
+            sum += v;
+          }
+          EXPECT_EQ(f.sum[size_t(m) * size_t(f.chunks) + c], sum) << "row " << m << " chunk " << c;
+          for (int64_t s = packed->Kp; s < f.stride; ++s) {
+            ASSERT_EQ(f.q[size_t(2 * m * f.stride + s)], 0);
+            ASSERT_EQ(f.q[size_t((2 * m + 1) * f.stride + s)], 0);
+          }
         }
     }
 }

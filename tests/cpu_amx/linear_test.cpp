@@ -1,6 +1,6 @@
 // cpu_amx quantized linear kernels against the float64 reference: every scheme variant (4/8 bit,
 // sym/asym with GPTQ v1's zero 16, group 32/64/128/256/-1, act-order, f16/bf16/f32 scales), ragged
-// shapes, M ∈ {1,2,3,4,5,17,64,300}, bias on/off, f32/bf16/f16 activations, at every ISA level
+// shapes, M ∈ {1,2,3,4,5,8,12,17,64,300}, bias on/off, f32/bf16/f16 activations, at every ISA level
 // this machine has (NIBBLE_MAX_ISA), in both numeric modes. Outputs are poisoned and strided.
 #include <gtest/gtest.h>
 
@@ -45,7 +45,7 @@ struct Shape {
 };
 // Ragged on purpose: N not a multiple of 16 or 32, K not a multiple of 32 or of the group.
 const Shape kShapes[] = {{256, 64}, {300, 40}, {160, 17}, {512, 48}, {100, 33}};
-const int64_t kRows[] = {1, 2, 3, 4, 5, 17, 64, 300};
+const int64_t kRows[] = {1, 2, 3, 4, 5, 8, 12, 17, 64, 300};
 const DLDataType kActs[] = {sdk::dtype_f32(), sdk::dtype_bf16(), sdk::dtype_f16()};
 
 double bound_for(const nibble_kernel* k, DLDataType t) {

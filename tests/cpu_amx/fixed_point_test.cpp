@@ -1,0 +1,120 @@
+// W4A16 at small M on the AMX int8 tiles with fixed-point activations
+// (docs/formats.md#w4a16-fixed-point): against float64 far inside the kernel's declared bound,
+// every output written, a non-finite activation confined to its row, and the switch back to the
+// bf16 tiles. Needs the AMX level (the hardware, or the tile emulation of a test build).
+#include <gtest/gtest.h>
+
+#include "cpu_amx_test_util.hpp"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace nibble::test {
+namespace {
+
+// The fixed-point error per activation is at most half a step, 2^-14 of its chunk's largest
+// magnitude (0 for bf16 values within 2^6 of it): on N(0, 1) data, with chunk maxima about 2.5
+// and 3 % of the values below 1/64 of them, about 1e-5 of the outputs' norm (measured up to
+// 2.2e-5). The bound leaves 4× of that; the kernel declares 1e-2.
+constexpr double kFixedPointBound = 1e-4;
+
+bool amx_here() {
+  const std::vector<std::string> levels = isa_levels_here();
+  return std::find(levels.begin(), levels.end(), "amx") != levels.end();
+}
+
+// N(0, 1) activations as f32 values that are bf16 values, so the bf16 tiles take them exactly too.
+Activations bf16_valued_f32(int64_t M, int64_t K, uint32_t seed) {
+  Activations x = random_activations(M, K, sdk::dtype_bf16(), seed);
+  Activations out = random_activations(M, K, sdk::dtype_f32(), seed);
+  for (size_t i = 0; i < x.values.size(); ++i) {
+    sdk::store_float(out.bytes.data(), out.dtype, i, x.values[i]);
+    out.values[i] = x.values[i];
+  }
+  return out;
+}
+
+struct FixedOff {  // the bf16 tiles for layers prepared while this lives
+  FixedOff() { setenv("NIBBLE_CPU_AMX_FIXED_M", "0", 1); }
+  ~FixedOff() { unsetenv("NIBBLE_CPU_AMX_FIXED_M"); }
+};
+
+struct Case {
+  int bits, group;
+  bool sym, act_order;
+  int64_t K, N;
+};
+const Case kCases[] = {
+    {4, 128, false, false, 512, 96}, {4, 32, true, true, 300, 40},  {4, -1, false, false, 1000, 33},
+    {8, 64, false, false, 256, 64},  {8, 128, true, true, 384, 48}, {4, 64, false, true, 160, 17},
+};
+
+TEST(CpuAmxFixedPoint, MatchesFloat64FarInsideTheBoundAndWritesEveryOutput) {
+  if (!amx_here()) GTEST_SKIP() << "no AMX level on this machine";
+  MaxIsa cap("amx");
+  const nibble_kernel* k = cpu_amx().kernel("linear_a16");
+  uint32_t seed = 40;
+  double worst_fixed = 0, worst_bf16 = 0;
+  for (const Case& c : kCases)
+    for (int64_t M = 2; M <= 8; ++M) {
+      QuantSpec spec{c.K,         c.N,        c.bits, c.group,          c.sym,
+                     c.act_order, M % 2 == 0, false,  sdk::dtype_f16(), ++seed};
+      CanonicalWeight w = random_weight(spec);
+      auto fixed = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
+      std::unique_ptr<PreparedLayer> tiles;
+      {
+        FixedOff off;
+        tiles = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
+      }
+      Activations x = bf16_valued_f32(M, c.K, ++seed);
+      const std::vector<double> ref = reference_linear(w, x.values, M);
+      const std::string what = "w" + std::to_string(c.bits) + " g" + std::to_string(c.group) +
+                               (c.act_order ? " act" : "") + " K=" + std::to_string(c.K) +
+                               " N=" + std::to_string(c.N) + " M=" + std::to_string(M);
+      LinearResult a = run_linear(*fixed, x, c.N);
+      LinearResult b = run_linear(*tiles, x, c.N);
+      ASSERT_EQ(a.status, NIBBLE_OK) << what << ": " << a.message;
+      ASSERT_EQ(b.status, NIBBLE_OK) << what << ": " << b.message;
+      EXPECT_EQ(a.non_finite, 0u) << what << ": an output was not written";
+      EXPECT_TRUE(a.padding_untouched) << what << ": wrote past column N";
+      const double ea = relative_error(a.values, ref), eb = relative_error(b.values, ref);
+      EXPECT_LE(ea, kFixedPointBound) << what;
+      EXPECT_NE(a.bytes, b.bytes) << what << ": NIBBLE_CPU_AMX_FIXED_M=0 changed nothing";
+      worst_fixed = std::max(worst_fixed, ea);
+      worst_bf16 = std::max(worst_bf16, eb);
+    }
+  RecordProperty("worst_relative_error_fixed_point", std::to_string(worst_fixed));
+  RecordProperty("worst_relative_error_bf16_tiles", std::to_string(worst_bf16));
+}
+
+TEST(CpuAmxFixedPoint, ANonFiniteActivationStaysInItsRow) {
+  if (!amx_here()) GTEST_SKIP() << "no AMX level on this machine";
+  MaxIsa cap("amx");
+  const nibble_kernel* k = cpu_amx().kernel("linear_a16");
+  for (int bits : {4, 8}) {
+    QuantSpec spec{512, 64, bits, 128, false, false, true, false, sdk::dtype_f16(), 3};
+    CanonicalWeight w = random_weight(spec);
+    auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
+    const int64_t M = 6, N = 64;
+    Activations x = random_activations(M, 512, sdk::dtype_f32(), 11);
+    LinearResult clean = run_linear(*layer, x, N);
+    ASSERT_EQ(clean.status, NIBBLE_OK) << clean.message;
+    for (float bad : {std::nanf(""), INFINITY}) {
+      Activations y = x;
+      sdk::store_float(y.bytes.data(), y.dtype, size_t(2 * 512 + 300), bad);  // row 2
+      LinearResult r = run_linear(*layer, y, N);
+      ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          const double v = r.values[size_t(m * N + n)];
+          if (m == 2)
+            ASSERT_TRUE(std::isnan(v)) << "bits " << bits << " n " << n;
+          else
+            ASSERT_EQ(v, clean.values[size_t(m * N + n)]) << "bits " << bits << " row " << m;
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nibble::test
