@@ -230,6 +230,12 @@ A16FixedActivations a16_fixed_view(const PackedLinear& w, int64_t M, void* works
 
 void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedActivations& a,
                     int64_t m0, int64_t m1, IsaLevel level) {
+  a16_fixed_fill_rows(x, nullptr, x.rows, w, a, m0, m1, level);
+}
+
+void a16_fixed_fill_rows(const sdk::Matrix& x, const int64_t* source, int64_t n,
+                         const PackedLinear& w, const A16FixedActivations& a, int64_t m0,
+                         int64_t m1, IsaLevel level) {
   const RowKernels rk = row_kernels(level);
   thread_local std::vector<float> row, slots;  // kept: a warm forward allocates nothing
   if (row.size() < size_t(w.K)) row.resize(size_t(w.K));
@@ -237,8 +243,8 @@ void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedA
   auto* q = const_cast<int8_t*>(a.q);
   auto* steps = const_cast<float*>(a.step);
   auto* sums = const_cast<int32_t*>(a.sum);
-  for (int64_t m = m0; m < std::min(m1, x.rows); ++m) {
-    stage_slots(x, w, rk, m, row.data(), slots.data());
+  for (int64_t m = m0; m < std::min(m1, n); ++m) {
+    stage_slots(x, w, rk, source ? source[m] : m, row.data(), slots.data());
     int8_t* hi = q + size_t(2 * m) * size_t(a.stride);
     int8_t* lo = hi + a.stride;
     for (size_t c = 0; c < w.a8_chunks.size(); ++c) {

@@ -43,6 +43,10 @@ A16FixedActivations a16_fixed_view(const PackedLinear& w, int64_t M, void* works
 /// Rows [m0, m1) of x as fixed point, chunk by chunk of the weight's a8 chunks.
 void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedActivations& a,
                     int64_t m0, int64_t m1, IsaLevel level);
+/// The same for an n-row buffer whose row m takes row source[m] of x (MoE: an expert's tokens).
+void a16_fixed_fill_rows(const sdk::Matrix& x, const int64_t* source, int64_t n,
+                         const PackedLinear& w, const A16FixedActivations& a, int64_t m0,
+                         int64_t m1, IsaLevel level);
 
 /// Rows [m0, m1) of `to` (an n-row buffer laid out for the same weight slots as `from`) from
 /// rows source[m] of `from`; rows ≥ n are padding (zeroed). Lets MoE convert or quantize each

@@ -178,9 +178,8 @@ int64_t dequant_row_threshold() {
   return sdk::env_integer("NIBBLE_CPU_AMX_DEQUANT_M", 0, int64_t(1) << 40).value_or(64);
 }
 
-// W4A16 rows up to this many (at most 8: two tile rows each fill one 16-row A tile) run the AMX
-// int8 tiles on 15-bit fixed-point activations (docs/formats.md#w4a16-fixed-point) instead of
-// the bf16 tiles. NIBBLE_CPU_AMX_FIXED_M (read at prepare; 0 turns it off) overrides it.
+// At most 8 (two tile rows each fill one 16-row A tile). NIBBLE_CPU_AMX_FIXED_M (read at
+// prepare; 0 turns it off) overrides it.
 int64_t fixed_point_row_limit() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_M", 0, 8).value_or(8);
 }

@@ -30,6 +30,10 @@ int64_t streaming_row_limit(bool a16);
 /// bf16 GEMM instead of the exact per-group epilogue (faster once enough rows share each B tile).
 int64_t dequant_row_threshold();
 
+/// Rows up to which W4A16 runs on AMX's int8 tiles with fixed-point activations
+/// (docs/formats.md#w4a16-fixed-point), above the streaming rows; 0 turns it off.
+int64_t fixed_point_row_limit();
+
 /// Stop the worker pool and join oneTBB's workers (used at prepare), the backend's shutdown; no
 /// call may be in flight.
 void release_threads();

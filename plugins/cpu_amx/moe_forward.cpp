@@ -155,7 +155,8 @@ class MoePrepared final : public sdk::Prepared {
         level_(level),
         kernels_(micro_kernels_for(level)),
         small_m_(streaming_row_limit(mode == MoeMode::a16)),
-        dequant_m_(dequant_row_threshold()) {
+        dequant_m_(dequant_row_threshold()),
+        fixed_m_(mode == MoeMode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0) {
     for (const auto& e : experts_) {
       kp13_ = std::max(kp13_, e.w13->Kp);
       kp2_ = std::max(kp2_, e.w2->Kp);
@@ -267,6 +268,18 @@ class MoePrepared final : public sdk::Prepared {
 
   // Whether an expert with n routed rows runs on the tile kernels (else the streaming ones).
   bool on_tiles(int64_t n) const { return level_ == IsaLevel::amx && n > small_m_; }
+  // Whether it runs W4A16 on fixed-point activations (the int8 tiles), as a linear layer of n rows.
+  bool fixed_point(int64_t n) const { return n > small_m_ && n <= fixed_m_; }
+  // Rows of an expert's activation buffer to prepare: the tile kernels on bf16 or int8 rows read
+  // whole 32-row blocks, so those padding rows are zeroed too.
+  int64_t prepared_rows(int64_t n) const {
+    return on_tiles(n) && !fixed_point(n) ? padded_rows(n) : n;
+  }
+  // Bytes of an expert's activation buffer for weight w and n rows.
+  size_t activation_bytes(const PackedLinear& w, int64_t n) const {
+    if (fixed_point(n)) return a16_fixed_workspace_bytes(w, n);
+    return mode_ == MoeMode::a16 ? a16_workspace_bytes(w, n) : a8_workspace_bytes(w, n);
+  }
 
   // Check the workspace, sort the routing by expert and plan the row tasks.
   Call start_call(const sdk::ForwardArgs& args, const sdk::Exec& exec, MoeScratch& plan) const {
@@ -289,7 +302,7 @@ class MoePrepared final : public sdk::Prepared {
     // on one thread took longer than streaming the experts' weights).
     plan.fills.clear();
     for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
-      const int64_t n = c.rows_of(e), end = on_tiles(n) ? padded_rows(n) : n;
+      const int64_t n = c.rows_of(e), end = prepared_rows(n);
       for (int64_t m0 = 0; m0 < end; m0 += kRowPad)
         plan.fills.push_back(RowTask{int32_t(e), m0, std::min(end, m0 + kRowPad)});
     }
@@ -309,7 +322,7 @@ class MoePrepared final : public sdk::Prepared {
       if (n == 0) continue;
       offsets[size_t(e)] = at;
       const PackedLinear& w = weight_of(e, p);
-      at += align64(mode_ == MoeMode::a16 ? a16_workspace_bytes(w, n) : a8_workspace_bytes(w, n));
+      at += align64(activation_bytes(w, n));
     }
     if (at > bound)
       throw sdk::PluginError(NIBBLE_INTERNAL, "forward: activation workspace bound exceeded");
@@ -334,7 +347,9 @@ class MoePrepared final : public sdk::Prepared {
   // Prepare rows [m0, m1) of an expert's activation buffer (n rows) for weight w from `in`.
   void fill_activations(const sdk::Matrix& in, const PackedLinear& w, char* buffer, int64_t n,
                         int64_t m0, int64_t m1) const {
-    if (mode_ == MoeMode::a16)
+    if (fixed_point(n))
+      a16_fixed_fill(in, w, a16_fixed_view(w, n, buffer), m0, m1, level_);
+    else if (mode_ == MoeMode::a16)
       a16_fill(in, w, a16_view(w, n, buffer), m0, m1, level_);
     else
       a8_fill(in, w, a8_view(w, n, buffer), m0, m1, level_);
@@ -345,7 +360,12 @@ class MoePrepared final : public sdk::Prepared {
   void run_kernel(const PackedLinear& w, int64_t n, char* buffer, const OutputView& y, int64_t m0,
                   int64_t m1, int64_t p0, int64_t p1) const {
     const bool large = on_tiles(n);
-    if (mode_ == MoeMode::a16) {
+    if (fixed_point(n)) {
+      A16Call call{&w, {}, y, n};
+      call.fixed_point = true;
+      call.fixed = a16_fixed_view(w, n, buffer);
+      kernels_.a16_large(call, m0, m1, p0, p1);
+    } else if (mode_ == MoeMode::a16) {
       A16Call call{&w, a16_view(w, n, buffer), y, n};
       call.dequantize_b = n >= dequant_m_;
       (large ? kernels_.a16_large : kernels_.a16_small)(call, m0, m1, p0, p1);
@@ -372,7 +392,11 @@ class MoePrepared final : public sdk::Prepared {
     const PackedLinear& w0 = *experts_[0].w13;
     char* tokens = c.ws + c.lay.tokens;
     run_tasks(c.row_threads, (M + kRowPad - 1) / kRowPad, [&](int64_t b) {
-      fill_activations(x, w0, tokens, M, b * kRowPad, std::min(M, (b + 1) * kRowPad));
+      const int64_t m0 = b * kRowPad, m1 = std::min(M, (b + 1) * kRowPad);
+      if (mode_ == MoeMode::a16)  // the layout a16_gather reads, whatever M is
+        a16_fill(x, w0, a16_view(w0, M, tokens), m0, m1, level_);
+      else
+        a8_fill(x, w0, a8_view(w0, M, tokens), m0, m1, level_);
     });
     run_tasks(c.row_threads, int64_t(c.plan.fills.size()), [&](int64_t i) {
       const RowTask& t = c.plan.fills[size_t(i)];
@@ -380,7 +404,9 @@ class MoePrepared final : public sdk::Prepared {
       const PackedLinear& w = weight_of(t.expert, Projection::w13);
       const int64_t* source = c.plan.routing.row_token.data() + c.first_row(t.expert);
       char* buffer = c.activations_of(t.expert);
-      if (mode_ == MoeMode::a16)
+      if (fixed_point(n))  // from x itself: the tokens were prepared in bf16
+        a16_fixed_fill_rows(x, source, n, w, a16_fixed_view(w, n, buffer), t.m0, t.m1, level_);
+      else if (mode_ == MoeMode::a16)
         a16_gather(a16_view(w0, M, tokens), source, n, a16_view(w, n, buffer), t.m0, t.m1);
       else
         a8_gather(a8_view(w0, M, tokens), source, n, a8_view(w, n, buffer), t.m0, t.m1);
@@ -525,7 +551,7 @@ class MoePrepared final : public sdk::Prepared {
     sdk::Matrix he{reinterpret_cast<char*>(c.gate_up + base * c.h_stride), sdk::dtype_f32(), n, I_,
                    c.h_stride};
     fill_activations(he, weight_of(e, Projection::w2), c.w2_activations_of(e), n, 0,
-                     on_tiles(n) ? padded_rows(n) : n);
+                     prepared_rows(n));
   }
 
   // Step 3: h = silu(gate) · up in fp32 (unless step 2 made it), prepared for w2.
@@ -575,6 +601,7 @@ class MoePrepared final : public sdk::Prepared {
   MicroKernels kernels_;
   int64_t small_m_;
   int64_t dequant_m_;
+  int64_t fixed_m_;
   int64_t kp13_ = 0, kp2_ = 0, chunks13_ = 0, chunks2_ = 0;
   bool shared13_ = true;  ///< every expert's w13 takes the same activation slot layout
 };
