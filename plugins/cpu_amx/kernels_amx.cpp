@@ -4,7 +4,9 @@
 //  - W4A16: B rows are bf16 (128 + q) from one ternary-logic op per 16 values, TDPBF16PS, and a
 //    per-group fp32 epilogue: out += s · (C − (128 + z)·Σx). Above the dispatcher's crossover
 //    (A16Call::dequantize_b) B is instead dequantized once per K block to bf16 (q − z)·s and
-//    reused for up to 512 rows of A, with no epilogue (a16_dequantized).
+//    reused for up to 512 rows of A, with no epilogue (a16_dequantized). At the dispatcher's
+//    small M (A16Call::fixed_point) W4A16 runs on W4A8's int8 pipeline instead, with two A rows
+//    (high and low byte) per fixed-point activation row (a16_fixed_pair).
 //  - W4A8: A holds the signed int8 activations. 4-bit B rows are q − z (signed, −16..15) and
 //    TDPBSSD gives the exact Σ qa·(q − z); 8-bit B rows are q (unsigned) and TDPBSUD gives Σ qa·q,
 //    corrected by z·Σqa. Then the W4A8 epilogue in its defined order

@@ -128,8 +128,11 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
     compute(slice_of(s, M, panels, row_align, 0));
     return;
   }
-  // Activation rows in blocks of 32 (decode-sized activations: one block).
-  const int64_t fill_blocks = (rows + 31) / 32;
+  // Activation rows in blocks of up to 32, and at least two blocks per part where the rows allow:
+  // at decode each thread then prepares a row or two, where one thread preparing all of them
+  // (one block of 32) was a serial part of the call at 16 threads.
+  const int64_t fill_rows = std::clamp<int64_t>(rows / (2 * parts), 1, 32);
+  const int64_t fill_blocks = (rows + fill_rows - 1) / fill_rows;
   std::atomic<int64_t> fill_next{0}, fill_done{0};
   ItemQueues units(parts, parts * kUnitsPerPart);
   WorkerPool::instance().run(parts, [&](int part) {
@@ -140,7 +143,7 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
         std::atomic<int64_t>& n;
         ~Done() { n.fetch_add(1, std::memory_order_release); }
       } done{fill_done};
-      prepare(32 * b, std::min(rows, 32 * (b + 1)));
+      prepare(fill_rows * b, std::min(rows, fill_rows * (b + 1)));
     }
     wait_until(fill_done, fill_blocks);
     units.drain(part, [&](int64_t u) {

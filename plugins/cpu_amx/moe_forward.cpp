@@ -391,8 +391,10 @@ class MoePrepared final : public sdk::Prepared {
     const int64_t M = c.args.M;
     const PackedLinear& w0 = *experts_[0].w13;
     char* tokens = c.ws + c.lay.tokens;
-    run_tasks(c.row_threads, (M + kRowPad - 1) / kRowPad, [&](int64_t b) {
-      const int64_t m0 = b * kRowPad, m1 = std::min(M, (b + 1) * kRowPad);
+    // Blocks of up to 32 tokens, at least two per thread where M allows (as in linear layers).
+    const int64_t block = std::clamp<int64_t>(M / (2 * c.row_threads), 1, kRowPad);
+    run_tasks(c.row_threads, (M + block - 1) / block, [&](int64_t b) {
+      const int64_t m0 = b * block, m1 = std::min(M, (b + 1) * block);
       if (mode_ == MoeMode::a16)  // the layout a16_gather reads, whatever M is
         a16_fill(x, w0, a16_view(w0, M, tokens), m0, m1, level_);
       else
