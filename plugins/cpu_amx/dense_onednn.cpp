@@ -7,8 +7,11 @@
 // rounded to y's dtype. Threads: the output columns are split over the linear kernels' worker
 // pool, and each slice runs oneDNN with that thread's OpenMP limit at 1 (restored after), so
 // Debian's OpenMP build of oneDNN never starts an OpenMP pool — those threads could not be joined
-// at shutdown. One primitive per (M, column slice), created on first use and cached (primitives are
-// immutable and may execute concurrently).
+// at shutdown. One primitive per (M, column slice), created on first use and cached. A cached
+// primitive runs on whichever thread takes its slice, and concurrent forwards run it at once: with
+// the library's scratchpad (shared by all primitives, unless oneDNN is built for concurrent
+// execution) that is not allowed, and concurrent MoE calls sometimes got other routing scores. So
+// each primitive takes a user scratchpad, one per executing thread.
 #include "linear_kernels.hpp"
 #include "worker_pool.hpp"
 
@@ -94,8 +97,14 @@ class DensePrepared final : public sdk::Prepared {
       memory src(p.src, engine_, xb);
       memory wei(p.wei, engine_, const_cast<T*>(weight_.data()) + n0 * K_);
       memory dst(p.dst, engine_, yf + n0);
+      thread_local std::vector<uint8_t> scratch;  // kept: a warm forward allocates nothing
+      if (scratch.size() < p.scratch.get_size()) scratch.resize(p.scratch.get_size());
+      memory pad(p.scratch, engine_, scratch.data());
       dnnl::stream stream(engine_);
-      p.matmul.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+      p.matmul.execute(stream, {{DNNL_ARG_SRC, src},
+                                {DNNL_ARG_WEIGHTS, wei},
+                                {DNNL_ARG_DST, dst},
+                                {DNNL_ARG_SCRATCHPAD, pad}});
       stream.wait();
       omp_set_num_threads(saved);
     };
@@ -111,7 +120,7 @@ class DensePrepared final : public sdk::Prepared {
 
  private:
   struct Primitive {
-    memory::desc src, wei, dst;
+    memory::desc src, wei, dst, scratch;
     dnnl::matmul matmul;
   };
 
@@ -128,7 +137,11 @@ class DensePrepared final : public sdk::Prepared {
     p.wei = memory::desc({K_, n}, kType, memory::dims{1, K_});
     p.dst = memory::desc({M, n}, memory::data_type::f32, memory::dims{N_, 1});
     dnnl::matmul::desc d(p.src, p.wei, p.dst);
-    p.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(d, engine_));
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::matmul::primitive_desc pd(d, attr, engine_);
+    p.scratch = pd.scratchpad_desc();
+    p.matmul = dnnl::matmul(pd);
     return cache_.emplace(key, std::move(p)).first->second;
   }
 
