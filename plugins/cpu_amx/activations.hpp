@@ -8,12 +8,21 @@
 
 #include <nibble/sdk/plugin.hpp>
 
+#include <algorithm>
+
 namespace nibble::cpu_amx {
 
 /// Rows of the activation buffers are padded to this (two AMX tiles of 16 rows).
 constexpr int64_t kRowPad = 32;
 
 inline int64_t padded_rows(int64_t M) { return (M + kRowPad - 1) / kRowPad * kRowPad; }
+
+/// Rows per block when `parts` threads share the preparation of `rows` rows: up to kRowPad, and
+/// at least two blocks per part where the rows allow, so at decode each thread prepares a row or
+/// two (one block of kRowPad made one thread prepare every row while the others waited).
+inline int64_t fill_block_rows(int64_t rows, int64_t parts) {
+  return std::clamp<int64_t>(rows / (2 * parts), 1, kRowPad);
+}
 
 /// Elements per row of the w4a16 activations for Kp slots: one cache line more than the row, since
 /// rows Kp·2 bytes apart (8 KiB for K = 4096) would all map to one L1 set and a 16-row tile load

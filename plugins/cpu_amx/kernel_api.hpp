@@ -75,6 +75,15 @@ struct A16Call {
   A16FixedActivations fixed{};
 };
 
+/// The W4A16 call of the fixed-point tile path on activations prepared in `fixed`.
+inline A16Call fixed_point_call(const PackedLinear* w, const A16FixedActivations& fixed,
+                                const OutputView& y, int64_t M) {
+  A16Call call{w, {}, y, M};
+  call.fixed_point = true;
+  call.fixed = fixed;
+  return call;
+}
+
 struct A8Call {
   static constexpr int kRowsPerPass = 4;
   const PackedLinear* w = nullptr;

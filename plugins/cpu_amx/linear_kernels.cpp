@@ -128,10 +128,7 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
     compute(slice_of(s, M, panels, row_align, 0));
     return;
   }
-  // Activation rows in blocks of up to 32, and at least two blocks per part where the rows allow:
-  // at decode each thread then prepares a row or two, where one thread preparing all of them
-  // (one block of 32) was a serial part of the call at 16 threads.
-  const int64_t fill_rows = std::clamp<int64_t>(rows / (2 * parts), 1, 32);
+  const int64_t fill_rows = fill_block_rows(rows, parts);
   const int64_t fill_blocks = (rows + fill_rows - 1) / fill_rows;
   std::atomic<int64_t> fill_next{0}, fill_done{0};
   ItemQueues units(parts, parts * kUnitsPerPart);
@@ -219,9 +216,7 @@ class LinearPrepared final : public sdk::Prepared {
     const int64_t rows = large ? padded_rows(M) : M;
     const int64_t row_align = large ? kRowPad : 4;
     if (mode_ == Mode::a16 && fixed_point(M)) {
-      A16Call call{w_.get(), {}, y, M};
-      call.fixed_point = true;
-      call.fixed = a16_fixed_view(*w_, M, exec.workspace);
+      const A16Call call = fixed_point_call(w_.get(), a16_fixed_view(*w_, M, exec.workspace), y, M);
       run_linear(
           M, M, w_->panels, bytes, threads, row_align,
           [&](int64_t a, int64_t b) { a16_fixed_fill(args.x, *w_, call.fixed, a, b, level_); },

@@ -361,10 +361,7 @@ class MoePrepared final : public sdk::Prepared {
                   int64_t m1, int64_t p0, int64_t p1) const {
     const bool large = on_tiles(n);
     if (fixed_point(n)) {
-      A16Call call{&w, {}, y, n};
-      call.fixed_point = true;
-      call.fixed = a16_fixed_view(w, n, buffer);
-      kernels_.a16_large(call, m0, m1, p0, p1);
+      kernels_.a16_large(fixed_point_call(&w, a16_fixed_view(w, n, buffer), y, n), m0, m1, p0, p1);
     } else if (mode_ == MoeMode::a16) {
       A16Call call{&w, a16_view(w, n, buffer), y, n};
       call.dequantize_b = n >= dequant_m_;
@@ -391,8 +388,7 @@ class MoePrepared final : public sdk::Prepared {
     const int64_t M = c.args.M;
     const PackedLinear& w0 = *experts_[0].w13;
     char* tokens = c.ws + c.lay.tokens;
-    // Blocks of up to 32 tokens, at least two per thread where M allows (as in linear layers).
-    const int64_t block = std::clamp<int64_t>(M / (2 * c.row_threads), 1, kRowPad);
+    const int64_t block = fill_block_rows(M, c.row_threads);
     run_tasks(c.row_threads, (M + block - 1) / block, [&](int64_t b) {
       const int64_t m0 = b * block, m1 = std::min(M, (b + 1) * block);
       if (mode_ == MoeMode::a16)  // the layout a16_gather reads, whatever M is
