@@ -431,11 +431,15 @@ void a16_fixed_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p,
 // Each weight is dequantized as (q − z)·s with the fp32 scale and rounded once to bf16 (q − z is
 // exact in fp32, so is its product with an f16 or bf16 scale; an fp32 scale rounds the product
 // to fp32 first). The products accumulate in fp32 tiles with no per-group epilogue. Blocking:
-// up to kDqRows rows of A stay in L2 while the slice's panel pairs take turns; per (K block, pair)
-// the pair's bf16 B tiles (kDqTiles k-tiles, 32 KiB) are made once in L1 and serve every 32-row
-// block, whose fp32 accumulators go to an L2 buffer between K blocks.
+// up to kDqRows rows of A stay in L2 while a group of the slice's panel pairs take turns, as many
+// as keep their fp32 accumulators (kDqAccumulatorBytes) in L2 between K blocks; per (K block,
+// pair) the pair's bf16 B tiles (kDqTiles k-tiles, 32 KiB) are made once in L1 and serve every
+// 32-row block. Dequantizing a pair's next tiles between the tile products of the one before
+// (double-buffered, as a16_pair does) measured no faster at 16 threads, and slower with 8-tile
+// K blocks that keep both buffers in L1 (docs/cpu_amx.md).
 constexpr int64_t kDqRows = 512;
 constexpr int64_t kDqTiles = 16;
+constexpr int64_t kDqAccumulatorBytes = 512 << 10;
 
 // Word i of the result takes word perm[i] of [even results | odd results]: back to k-pairs.
 inline __m512i interleave_pairs(__m512i halves) {
@@ -530,57 +534,63 @@ void a16_dequantized(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, in
   const int64_t pairs = (p1 - p0 + 1) / 2;
   const int64_t a_stride = call.x.stride * 2;
   const float offset = a16_weight_offset(PL);
+  const int64_t super_rows = std::min<int64_t>(kDqRows, (m1 - m0 + 31) / 32 * 32);
+  const int64_t group_pairs = std::max<int64_t>(1, kDqAccumulatorBytes / (super_rows * 32 * 4));
   // Kept per thread: a warm forward allocates nothing.
   thread_local std::vector<uint8_t> bmem, cmem;
   uint8_t* b = aligned_scratch<uint8_t>(bmem, size_t(kDqTiles) * 2 * kBTile);
-  float* cacc = aligned_scratch<float>(cmem, size_t(pairs * kDqRows) * 32 * 4);
+  float* cacc =
+      aligned_scratch<float>(cmem, size_t(std::min(pairs, group_pairs) * super_rows) * 32 * 4);
   for (int64_t ms = m0; ms < m1; ms += kDqRows) {
     const int64_t me = std::min(m1, ms + kDqRows);
     const int64_t blocks = (me - ms + 31) / 32;
-    size_t chunk = 0;  // the a16 chunk (group run) holding k-tile kt0
-    for (int64_t kt0 = 0; kt0 < w.ktiles; kt0 += kDqTiles) {
-      const int64_t kt1 = std::min<int64_t>(w.ktiles, kt0 + kDqTiles);
-      const int steps = int(kt1 - kt0);
-      while (w.a16_chunks[chunk].tile0 + w.a16_chunks[chunk].ntiles <= kt0) ++chunk;
-      for (int64_t pi = 0; pi < pairs; ++pi) {
-        const int64_t p = p0 + 2 * pi;
-        const int np = p + 1 < p1 ? 2 : 1;
-        size_t ci = chunk;
-        for (int j = 0; j < np; ++j) {
-          ci = chunk;
-          int32_t group = -1;
-          __m512 s = _mm512_setzero_ps(), zt = _mm512_setzero_ps();
-          for (int64_t kt = kt0; kt < kt1; ++kt) {
-            while (w.a16_chunks[ci].tile0 + w.a16_chunks[ci].ntiles <= kt) ++ci;
-            if (w.a16_chunks[ci].group != group) {
-              group = w.a16_chunks[ci].group;
-              s = load_scale(w, p + j, group);
-              zt = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, group)),
-                                 _mm512_set1_ps(offset));
+    for (int64_t g0 = 0; g0 < pairs; g0 += group_pairs) {
+      const int64_t g1 = std::min(pairs, g0 + group_pairs);
+      size_t chunk = 0;  // the a16 chunk (group run) holding k-tile kt0
+      for (int64_t kt0 = 0; kt0 < w.ktiles; kt0 += kDqTiles) {
+        const int64_t kt1 = std::min<int64_t>(w.ktiles, kt0 + kDqTiles);
+        const int steps = int(kt1 - kt0);
+        while (w.a16_chunks[chunk].tile0 + w.a16_chunks[chunk].ntiles <= kt0) ++chunk;
+        for (int64_t pi = g0; pi < g1; ++pi) {
+          const int64_t p = p0 + 2 * pi;
+          const int np = p + 1 < p1 ? 2 : 1;
+          size_t ci = chunk;
+          for (int j = 0; j < np; ++j) {
+            ci = chunk;
+            int32_t group = -1;
+            __m512 s = _mm512_setzero_ps(), zt = _mm512_setzero_ps();
+            for (int64_t kt = kt0; kt < kt1; ++kt) {
+              while (w.a16_chunks[ci].tile0 + w.a16_chunks[ci].ntiles <= kt) ++ci;
+              if (w.a16_chunks[ci].group != group) {
+                group = w.a16_chunks[ci].group;
+                s = load_scale(w, p + j, group);
+                zt = _mm512_add_ps(_mm512_cvtepi32_ps(load_zero_i32(w, p + j, group)),
+                                   _mm512_set1_ps(offset));
+              }
+              dequant_tile<PL>(w, p + j, kt, s, zt, b + size_t((kt - kt0) * np + j) * kBTile);
             }
-            dequant_tile<PL>(w, p + j, kt, s, zt, b + size_t((kt - kt0) * np + j) * kBTile);
+          }
+          float* c = cacc + (pi - g0) * super_rows * 32;
+          const uint8_t* a = reinterpret_cast<const uint8_t*>(
+              call.x.x + size_t(ms) * size_t(call.x.stride) + size_t(kt0) * kTileK);
+          for (int64_t blk = 0; blk < blocks; ++blk) {
+            const uint8_t* ab = a + size_t(blk * 32) * size_t(a_stride);
+            if (np == 2)
+              tile_block_bf16_acc<2>(ab, a_stride, b, steps, c + blk * 32 * 32, kt0 == 0);
+            else
+              tile_block_bf16_acc<1>(ab, a_stride, b, steps, c + blk * 32 * 32, kt0 == 0);
           }
         }
-        float* c = cacc + pi * kDqRows * 32;
-        const uint8_t* a = reinterpret_cast<const uint8_t*>(
-            call.x.x + size_t(ms) * size_t(call.x.stride) + size_t(kt0) * kTileK);
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-          const uint8_t* ab = a + size_t(blk * 32) * size_t(a_stride);
-          if (np == 2)
-            tile_block_bf16_acc<2>(ab, a_stride, b, steps, c + blk * 32 * 32, kt0 == 0);
-          else
-            tile_block_bf16_acc<1>(ab, a_stride, b, steps, c + blk * 32 * 32, kt0 == 0);
-        }
       }
-    }
-    for (int64_t pi = 0; pi < pairs; ++pi) {
-      const int64_t p = p0 + 2 * pi;
-      const int np = p + 1 < p1 ? 2 : 1;
-      const float* c = cacc + pi * kDqRows * 32;
-      for (int64_t m = ms; m < std::min(me, call.M); ++m)
-        for (int j = 0; j < np; ++j)
-          store16(call.y, m, (p + j) * kPanel,
-                  _mm512_add_ps(_mm512_load_ps(c + (m - ms) * 32 + 16 * j), load_bias(w, p + j)));
+      for (int64_t pi = g0; pi < g1; ++pi) {
+        const int64_t p = p0 + 2 * pi;
+        const int np = p + 1 < p1 ? 2 : 1;
+        const float* c = cacc + (pi - g0) * super_rows * 32;
+        for (int64_t m = ms; m < std::min(me, call.M); ++m)
+          for (int j = 0; j < np; ++j)
+            store16(call.y, m, (p + j) * kPanel,
+                    _mm512_add_ps(_mm512_load_ps(c + (m - ms) * 32 + 16 * j), load_bias(w, p + j)));
+      }
     }
   }
 }

@@ -90,15 +90,30 @@ Slice slice_of(const Split& s, int64_t M, int64_t panels, int64_t row_align, int
   return out;
 }
 
-// Each part's slice is cut into this many units along its panel pairs: a part first runs its own
+// Each part's slice is cut into at most this many units (sub_slice): a part first runs its own
 // units, then takes those of parts that are late (descheduled, or slowed by a neighbour).
 constexpr int64_t kUnitsPerPart = 4;
 
-// Unit `sub` of a slice: its share of the slice's panel pairs, all of its rows. A unit keeps at
-// least two pairs, so the streaming kernels still read four panels at once.
-Slice sub_slice(const Slice& s, int64_t panels, int64_t sub) {
+// Unit `sub` of a slice. Along its panel pairs, each unit all of its rows and at least two pairs
+// (so the streaming kernels still read four panels at once); or along its rows, each unit all of
+// its pairs, where a part has at least 2·unit_rows rows (unit_rows > 0) and cutting its pairs
+// would leave units of fewer than kRowUnitPairs pairs: the tile kernels read a unit's
+// activations again for every few pairs, and at 16 threads units of two pairs each reread 1024
+// rows from L3 at every other pair. With fewer rows the units stay along pairs: one unit per
+// part, and so no stealing, was slower than the rereading (docs/cpu_amx.md, Threads).
+constexpr int64_t kRowUnitPairs = 4;
+Slice sub_slice(const Slice& s, int64_t panels, int64_t sub, int64_t unit_rows, int64_t row_align) {
   Slice out = s;
+  const int64_t rows = s.m1 - s.m0;
   const int64_t pairs = (s.p1 - s.p0 + 1) / 2;
+  if (unit_rows > 0 && rows >= 2 * unit_rows && pairs < kRowUnitPairs * kUnitsPerPart) {
+    const int64_t units = std::min<int64_t>(rows / unit_rows, kUnitsPerPart);
+    if (sub >= units) return Slice{};
+    const int64_t blocks = (rows + row_align - 1) / row_align;
+    out.m0 = std::min(s.m1, s.m0 + row_align * (blocks * sub / units));
+    out.m1 = std::min(s.m1, s.m0 + row_align * (blocks * (sub + 1) / units));
+    return out;
+  }
   const int64_t units = std::clamp<int64_t>(pairs / 2, 1, kUnitsPerPart);
   if (sub >= units) return Slice{};
   out.p0 = std::min(s.p1, s.p0 + 2 * (pairs * sub / units));
@@ -118,7 +133,8 @@ void wait_until(const std::atomic<int64_t>& counter, int64_t value) {
 // blocks any thread may take, then compute(slice) runs the units of every part's slice.
 template <class Prepare, class Compute>
 void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, int threads,
-                int64_t row_align, const Prepare& prepare, const Compute& compute) {
+                int64_t row_align, int64_t unit_rows, const Prepare& prepare,
+                const Compute& compute) {
   const int64_t row_work = (M + 15) / 16;
   const int64_t by_bytes = std::max<int64_t>(1, weight_bytes * row_work / kMinPartBytes);
   const Split s = split_work(M, panels, int(std::min<int64_t>(threads, by_bytes)), row_align);
@@ -145,7 +161,7 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
     wait_until(fill_done, fill_blocks);
     units.drain(part, [&](int64_t u) {
       const Slice slice = sub_slice(slice_of(s, M, panels, row_align, u / kUnitsPerPart), panels,
-                                    u % kUnitsPerPart);
+                                    u % kUnitsPerPart, unit_rows, row_align);
       if (!slice.empty()) compute(slice);
     });
   });
@@ -178,6 +194,13 @@ int64_t dequant_row_threshold() {
   return sdk::env_integer("NIBBLE_CPU_AMX_DEQUANT_M", 0, int64_t(1) << 40).value_or(64);
 }
 
+// The tile kernels' units of work are cut along rows, this many or more each, where a part has
+// at least twice as many; below that along panel pairs (sub_slice). NIBBLE_CPU_AMX_UNIT_ROWS
+// (read at prepare; 0 always cuts along pairs) overrides it for benchmarks and tests.
+int64_t unit_row_minimum() {
+  return sdk::env_integer("NIBBLE_CPU_AMX_UNIT_ROWS", 0, int64_t(1) << 40).value_or(256);
+}
+
 // At most 8 (two tile rows each fill one 16-row A tile). NIBBLE_CPU_AMX_FIXED_M (read at
 // prepare; 0 turns it off) overrides it.
 int64_t fixed_point_row_limit() {
@@ -195,6 +218,7 @@ class LinearPrepared final : public sdk::Prepared {
         paths_(paths_for(level)),
         small_m_(streaming_row_limit(mode == Mode::a16)),
         dequant_m_(dequant_row_threshold()),
+        unit_rows_(unit_row_minimum()),
         fixed_m_(mode == Mode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0) {}
 
   size_t bytes() const override { return w_->bytes(); }
@@ -215,10 +239,11 @@ class LinearPrepared final : public sdk::Prepared {
     // at most.
     const int64_t rows = large ? padded_rows(M) : M;
     const int64_t row_align = large ? kRowPad : 4;
+    const int64_t unit_rows = large ? unit_rows_ : 0;
     if (mode_ == Mode::a16 && fixed_point(M)) {
       const A16Call call = fixed_point_call(w_.get(), a16_fixed_view(*w_, M, exec.workspace), y, M);
       run_linear(
-          M, M, w_->panels, bytes, threads, row_align,
+          M, M, w_->panels, bytes, threads, row_align, 0,
           [&](int64_t a, int64_t b) { a16_fixed_fill(args.x, *w_, call.fixed, a, b, level_); },
           [&](const Slice& s) { paths_.a16_large(call, s.m0, s.m1, s.p0, s.p1); });
     } else if (mode_ == Mode::a16) {
@@ -226,14 +251,14 @@ class LinearPrepared final : public sdk::Prepared {
       call.dequantize_b = M >= dequant_m_;
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
       run_linear(
-          M, rows, w_->panels, bytes, threads, row_align,
+          M, rows, w_->panels, bytes, threads, row_align, unit_rows,
           [&](int64_t a, int64_t b) { a16_fill(args.x, *w_, call.x, a, b, level_); },
           [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
     } else {
       A8Call call{w_.get(), a8_view(*w_, M, exec.workspace), y, M};
       A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
       run_linear(
-          M, rows, w_->panels, bytes, threads, row_align,
+          M, rows, w_->panels, bytes, threads, row_align, unit_rows,
           [&](int64_t a, int64_t b) { a8_fill(args.x, *w_, call.x, a, b, level_); },
           [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
     }
@@ -250,6 +275,7 @@ class LinearPrepared final : public sdk::Prepared {
   Paths paths_;
   int64_t small_m_;
   int64_t dequant_m_;
+  int64_t unit_rows_;
   int64_t fixed_m_;
 };
 

@@ -112,6 +112,41 @@ TEST_P(CpuAmxLinear, ThreadCountDoesNotChangeResults) {
   }
 }
 
+// The tile kernels' units of work, cut along rows (NIBBLE_CPU_AMX_UNIT_ROWS, read at prepare) or
+// along panel pairs (0), and the dequantized W4A16 GEMM's row superblocks and groups of pairs
+// (600 rows, 19 panels) change which thread computes what, never a sum's order: the results are
+// the same bytes, and within the kernel's bound of float64.
+TEST_P(CpuAmxLinear, TileUnitsDoNotChangeResults) {
+  const auto [param, mode] = GetParam();
+  IsaSetting setting(param);
+  const std::string isa = param;
+  if (!setting.available()) GTEST_SKIP() << isa << " is not available on this machine";
+  if (setting.isa != "amx") GTEST_SKIP() << "only the tile kernels cut units along rows";
+  const nibble_kernel* k = cpu_amx().kernel(mode == NIBBLE_MODE_W4A16 ? "linear_a16" : "linear_a8");
+  const int64_t K = 1088, N = 300, M = 600;
+  QuantSpec spec{K, N, 4, 64, false, true, true, false, sdk::dtype_f16(), 41};
+  CanonicalWeight w = random_weight(spec);
+  Activations x = random_activations(M, K, sdk::dtype_bf16(), 43);
+  auto run_with = [&](const char* unit_rows, int threads) {
+    setenv("NIBBLE_CPU_AMX_UNIT_ROWS", unit_rows, 1);
+    auto layer = prepare_linear(k, desc_for(w, mode), w);
+    unsetenv("NIBBLE_CPU_AMX_UNIT_ROWS");
+    return run_linear(*layer, x, N, threads);
+  };
+  const LinearResult base = run_with("0", 1);
+  ASSERT_EQ(base.status, NIBBLE_OK) << base.message;
+  EXPECT_EQ(base.non_finite, 0u);
+  EXPECT_LE(relative_error(base.values, reference_linear(w, x.values, M)), bound_for(k, x.dtype));
+  for (const char* rows : {"0", "32", "64", "256"})
+    for (int threads : {2, 3}) {
+      const LinearResult r = run_with(rows, threads);
+      ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+      EXPECT_TRUE(r.padding_untouched);
+      EXPECT_EQ(r.bytes, base.bytes)
+          << isa << " unit rows " << rows << ", " << threads << " threads";
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(IsaAndMode, CpuAmxLinear, isa_and_mode_values(), isa_and_mode_name);
 
 TEST(CpuAmxLinearLayout, PreparedBytesStayWithin110PercentOfTheCheckpoint) {
