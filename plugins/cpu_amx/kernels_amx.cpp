@@ -595,7 +595,7 @@ void a16_dequantized(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, in
   }
 }
 
-// Rows [m0, m1) in superblocks whose activations (row_bytes each) fit in about half of L2, so
+// Rows [m0, m1) in equal superblocks whose activations (row_bytes each) fit in about half of L2, so
 // every panel pair of the slice reads them from L2, not L3; each pair's weights are unpacked
 // once per superblock. Within a superblock, blocks of 32 rows (two A tiles), or one block of up
 // to 16 with tiles of that many rows when the slice is that small.
@@ -603,12 +603,17 @@ template <class Call, class Pair2x2, class Pair2x1, class Pair1x2, class Pair1x1
 void walk_pairs(const Call& call, int64_t row_bytes, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                 Pair2x2 p22, Pair2x1 p21, Pair1x2 p12, Pair1x1 p11) {
   const int64_t rows = m1 - m0;
+  if (rows <= 0) return;
   const bool one_tile = rows <= 16;
   TileScope tiles(one_tile ? int(rows) : 16);
   thread_local std::vector<uint8_t> bmem, omem;  // kept: a warm forward allocates nothing
   constexpr int64_t kActivationBudget = int64_t(1) << 20;
-  const int64_t super =
+  const int64_t most =
       std::max<int64_t>(32, kActivationBudget / std::max<int64_t>(1, row_bytes) / 32 * 32);
+  // Superblocks of equal size: 256 rows of K = 4096 int8 activations are 2 × 128, not 224 + 32
+  // (a superblock of one row block unpacks every weight for 32 rows).
+  const int64_t supers = (rows + most - 1) / most;
+  const int64_t super = (rows + supers * 32 - 1) / (supers * 32) * 32;
   for (int64_t ms = m0; ms < m1; ms += super) {
     const int64_t me = std::min(m1, ms + super);
     for (int64_t p = p0; p < p1; p += 2) {
