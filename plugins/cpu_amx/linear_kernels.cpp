@@ -195,8 +195,9 @@ int64_t dequant_row_threshold() {
 }
 
 // The tile kernels' units of work are cut along rows, this many or more each, where a part has
-// at least twice as many; below that along panel pairs (sub_slice). NIBBLE_CPU_AMX_UNIT_ROWS
-// (read at prepare; 0 always cuts along pairs) overrides it for benchmarks and tests.
+// at least twice as many rows and few panel pairs; otherwise along pairs (sub_slice).
+// NIBBLE_CPU_AMX_UNIT_ROWS (read at prepare; 0 always cuts along pairs) overrides it for
+// benchmarks and tests.
 int64_t unit_row_minimum() {
   return sdk::env_integer("NIBBLE_CPU_AMX_UNIT_ROWS", 0, int64_t(1) << 40).value_or(256);
 }

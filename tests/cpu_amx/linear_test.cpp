@@ -113,9 +113,9 @@ TEST_P(CpuAmxLinear, ThreadCountDoesNotChangeResults) {
 }
 
 // The tile kernels' units of work, cut along rows (NIBBLE_CPU_AMX_UNIT_ROWS, read at prepare) or
-// along panel pairs (0), and the dequantized W4A16 GEMM's row superblocks and groups of pairs
-// (600 rows, 19 panels) change which thread computes what, never a sum's order: the results are
-// the same bytes, and within the kernel's bound of float64.
+// along panel pairs (0), their row superblocks (600 int8 rows of K = 2112 are two) and the
+// dequantized W4A16 GEMM's groups of pairs (19 panels) change which thread computes what, never
+// a sum's order: the results are the same bytes, and within the kernel's bound of float64.
 TEST_P(CpuAmxLinear, TileUnitsDoNotChangeResults) {
   const auto [param, mode] = GetParam();
   IsaSetting setting(param);
@@ -123,7 +123,7 @@ TEST_P(CpuAmxLinear, TileUnitsDoNotChangeResults) {
   if (!setting.available()) GTEST_SKIP() << isa << " is not available on this machine";
   if (setting.isa != "amx") GTEST_SKIP() << "only the tile kernels cut units along rows";
   const nibble_kernel* k = cpu_amx().kernel(mode == NIBBLE_MODE_W4A16 ? "linear_a16" : "linear_a8");
-  const int64_t K = 1088, N = 300, M = 600;
+  const int64_t K = 2112, N = 300, M = 600;
   QuantSpec spec{K, N, 4, 64, false, true, true, false, sdk::dtype_f16(), 41};
   CanonicalWeight w = random_weight(spec);
   Activations x = random_activations(M, K, sdk::dtype_bf16(), 43);
