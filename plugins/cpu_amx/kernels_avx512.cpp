@@ -78,6 +78,36 @@ void a16_block(const A16Call& call, int64_t m0, int64_t p0) {
     for (int j = 0; j < NP; ++j) store16(call.y, m0 + m, (p0 + j) * kPanel, out[m][j]);
 }
 
+// The VNNI-4 byte vectors (lo, hi) of 64-byte chunk u of the k-tile at `tp` in each of NP panels
+// (8-bit weights: both planes merged into bytes).
+template <int NP, int PL>
+inline void unpack_u8_chunk(const uint8_t* tp, size_t panel_bytes, int u, __m512i* lo,
+                            __m512i* hi) {
+  for (int j = 0; j < NP; ++j) {
+    const uint8_t* c = tp + j * panel_bytes + u * 64;
+    if constexpr (PL == 1)
+      nibbles_u8(_mm512_loadu_si512(c), &lo[j], &hi[j]);
+    else
+      bytes_u8(_mm512_loadu_si512(c), _mm512_loadu_si512(c + kTileBytes), &lo[j], &hi[j]);
+  }
+}
+
+// fn(k, lo, hi) for every 64-byte chunk of the k-tiles of `ch` in NP panels from `base`: k is its
+// first input slot, lo and hi its byte vectors per panel; each k-tile's streams prefetched ahead.
+template <int NP, int PL, class Fn>
+inline void for_each_u8_chunk(const uint8_t* base, size_t panel_bytes, const Chunk& ch,
+                              const Fn& fn) {
+  for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
+    const uint8_t* tp = base + size_t(t) * PL * kTileBytes;
+    prefetch_streams<NP>(base, panel_bytes, PL, t);
+    for (int u = 0; u < 4; ++u) {
+      __m512i lo[NP], hi[NP];
+      unpack_u8_chunk<NP, PL>(tp, panel_bytes, u, lo, hi);
+      fn(t * kTileK + 8 * u, lo, hi);
+    }
+  }
+}
+
 template <int MR, int NP, int PL>
 void a8_block(const A8Call& call, int64_t m0, int64_t p0) {
   const PackedLinear& w = *call.w;
@@ -95,28 +125,16 @@ void a8_block(const A8Call& call, int64_t m0, int64_t p0) {
     __m512i acc[MR][NP];
     for (int m = 0; m < MR; ++m)
       for (int j = 0; j < NP; ++j) acc[m][j] = _mm512_setzero_si512();
-    for (int32_t t = ch.tile0; t < ch.tile0 + ch.ntiles; ++t) {
-      const uint8_t* tp = base + size_t(t) * PL * kTileBytes;
-      prefetch_streams<NP>(base, panel_bytes, PL, t);
-      for (int u = 0; u < 4; ++u) {
-        __m512i lo[NP], hi[NP];
-        for (int j = 0; j < NP; ++j) {
-          const uint8_t* c = tp + j * panel_bytes + u * 64;
-          if constexpr (PL == 1)
-            nibbles_u8(_mm512_loadu_si512(c), &lo[j], &hi[j]);
-          else
-            bytes_u8(_mm512_loadu_si512(c), _mm512_loadu_si512(c + kTileBytes), &lo[j], &hi[j]);
-        }
-        const int k = t * kTileK + 8 * u;
-        for (int m = 0; m < MR; ++m) {
-          const __m512i xl = bcast32(x[m] + k), xh = bcast32(x[m] + k + 4);
-          for (int j = 0; j < NP; ++j) {
-            acc[m][j] = _mm512_dpbusd_epi32(acc[m][j], lo[j], xl);
-            acc[m][j] = _mm512_dpbusd_epi32(acc[m][j], hi[j], xh);
-          }
-        }
-      }
-    }
+    for_each_u8_chunk<NP, PL>(base, panel_bytes, ch,
+                              [&](int k, const __m512i* lo, const __m512i* hi) {
+                                for (int m = 0; m < MR; ++m) {
+                                  const __m512i xl = bcast32(x[m] + k), xh = bcast32(x[m] + k + 4);
+                                  for (int j = 0; j < NP; ++j) {
+                                    acc[m][j] = _mm512_dpbusd_epi32(acc[m][j], lo[j], xl);
+                                    acc[m][j] = _mm512_dpbusd_epi32(acc[m][j], hi[j], xh);
+                                  }
+                                }
+                              });
     for (int j = 0; j < NP; ++j) {
       const __m512 s = load_scale(w, p0 + j, ch.group);
       const __m512i z = load_zero_i32(w, p0 + j, ch.group);
@@ -133,6 +151,67 @@ void a8_block(const A8Call& call, int64_t m0, int64_t p0) {
   }
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NP; ++j) store16(call.y, m0 + m, (p0 + j) * kPanel, out[m][j]);
+}
+
+// W4A16 on fixed-point activations (docs/formats.md#w4a16-fixed-point), one row: its high and
+// low bytes are two int8 rows of W4A8's VPDPBUSD stream, so 64 bytes of a 4-bit panel cost the
+// nibble split and four VPDPBUSD instead of seven unpacking operations and four VDPBF16PS. Per a8
+// chunk the exact Σ v·(q − z) = 256·Σ h·q + Σ l·q − z·Σ v, then one FMA with the step and the
+// scale: the arithmetic of the tile path's a16_fixed_pair, so both give the same bits.
+template <int NP, int PL>
+void a16_fixed_row(const A16Call& call, int64_t m, int64_t p0) {
+  const PackedLinear& w = *call.w;
+  const A16FixedActivations& x = call.fixed;
+  const size_t panel_bytes = w.panel_bytes();
+  const uint8_t* base = w.tile(p0, 0);
+  const int8_t* xh = x.q + size_t(2 * m) * size_t(x.stride);
+  const int8_t* xl = xh + x.stride;
+  __m512 out[NP];
+  for (int j = 0; j < NP; ++j) out[j] = load_bias(w, p0 + j);
+  for (size_t ci = 0; ci < w.a8_chunks.size(); ++ci) {
+    const Chunk& ch = w.a8_chunks[ci];
+    __m512i ah[NP], al[NP];
+    for (int j = 0; j < NP; ++j) ah[j] = al[j] = _mm512_setzero_si512();
+    for_each_u8_chunk<NP, PL>(
+        base, panel_bytes, ch, [&](int k, const __m512i* lo, const __m512i* hi) {
+          const __m512i h0 = bcast32(xh + k), h1 = bcast32(xh + k + 4);
+          const __m512i l0 = bcast32(xl + k), l1 = bcast32(xl + k + 4);
+          for (int j = 0; j < NP; ++j) {
+            ah[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ah[j], lo[j], h0), hi[j], h1);
+            al[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(al[j], lo[j], l0), hi[j], l1);
+          }
+        });
+    const size_t at = size_t(m) * size_t(x.chunks) + ci;
+    const __m512 step = _mm512_set1_ps(x.step[at]);
+    const __m512i vs = _mm512_set1_epi32(x.sum[at]);
+    for (int j = 0; j < NP; ++j) {
+      const __m512i z = load_zero_i32(w, p0 + j, ch.group);
+      const __m512i exact = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ah[j], 8), al[j]),
+                                             _mm512_mullo_epi32(z, vs));
+      const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), step);
+      out[j] = _mm512_fmadd_ps(t, load_scale(w, p0 + j, ch.group), out[j]);
+    }
+  }
+  for (int j = 0; j < NP; ++j) store16(call.y, m, (p0 + j) * kPanel, out[j]);
+}
+
+// Rows [m0, m1) × panels [p0, p1) of the fixed-point form, four panels (streams) at a time.
+void a16_fixed_walk(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const bool two_planes = call.w->planes == 2;
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t p = p0; p < p1;) {
+      const int64_t left = p1 - p;
+      if (left >= 4) {
+        two_planes ? a16_fixed_row<4, 2>(call, m, p) : a16_fixed_row<4, 1>(call, m, p);
+        p += 4;
+      } else if (left >= 2) {
+        two_planes ? a16_fixed_row<2, 2>(call, m, p) : a16_fixed_row<2, 1>(call, m, p);
+        p += 2;
+      } else {
+        two_planes ? a16_fixed_row<1, 2>(call, m, p) : a16_fixed_row<1, 1>(call, m, p);
+        p += 1;
+      }
+    }
 }
 
 // Run the instantiation for (rows, panels, planes); one per shape a pass can take.
@@ -194,7 +273,10 @@ struct A8Block {
 }  // namespace
 
 void a16_avx512(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  walk<A16Call, A16Block>(call, m0, m1, p0, p1);
+  if (call.fixed_point)
+    a16_fixed_walk(call, m0, m1, p0, p1);
+  else
+    walk<A16Call, A16Block>(call, m0, m1, p0, p1);
 }
 
 void a8_avx512(const A8Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {

@@ -220,7 +220,8 @@ class LinearPrepared final : public sdk::Prepared {
         small_m_(streaming_row_limit(mode == Mode::a16)),
         dequant_m_(dequant_row_threshold()),
         unit_rows_(unit_row_minimum()),
-        fixed_m_(mode == Mode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0) {}
+        fixed_m_(mode == Mode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0),
+        fixed_stream_(sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1) {}
 
   size_t bytes() const override { return w_->bytes(); }
 
@@ -243,10 +244,11 @@ class LinearPrepared final : public sdk::Prepared {
     const int64_t unit_rows = large ? unit_rows_ : 0;
     if (mode_ == Mode::a16 && fixed_point(M)) {
       const A16Call call = fixed_point_call(w_.get(), a16_fixed_view(*w_, M, exec.workspace), y, M);
+      A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
       run_linear(
           M, M, w_->panels, bytes, threads, row_align, 0,
           [&](int64_t a, int64_t b) { a16_fixed_fill(args.x, *w_, call.fixed, a, b, level_); },
-          [&](const Slice& s) { paths_.a16_large(call, s.m0, s.m1, s.p0, s.p1); });
+          [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
     } else if (mode_ == Mode::a16) {
       A16Call call{w_.get(), a16_view(*w_, M, exec.workspace), y, M};
       call.dequantize_b = M >= dequant_m_;
@@ -266,9 +268,10 @@ class LinearPrepared final : public sdk::Prepared {
   }
 
  private:
-  // Whether M rows take the fixed-point tile path (AMX, above the streaming rows, at most
-  // fixed_m_).
-  bool fixed_point(int64_t M) const { return M > small_m_ && M <= fixed_m_; }
+  // Whether M rows take fixed-point activations (AMX, at most fixed_m_): on the int8 tiles above
+  // the streaming rows, in the AVX-512 streaming kernel at and below them (W4A16's streaming row
+  // limit is 1).
+  bool fixed_point(int64_t M) const { return M <= fixed_m_ && (M > small_m_ || fixed_stream_); }
 
   Mode mode_;
   std::unique_ptr<PackedLinear> w_;
@@ -278,6 +281,7 @@ class LinearPrepared final : public sdk::Prepared {
   int64_t dequant_m_;
   int64_t unit_rows_;
   int64_t fixed_m_;
+  bool fixed_stream_;
 };
 
 class LinearKernel final : public sdk::Kernel {
