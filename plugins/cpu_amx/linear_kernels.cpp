@@ -210,6 +210,12 @@ int64_t fixed_point_row_limit() {
 
 namespace {
 
+// Whether W4A16 rows within the streaming row limit take fixed-point activations too (AMX
+// level). NIBBLE_CPU_AMX_FIXED_STREAM=0 (read at prepare) keeps them on bf16 activations.
+bool fixed_point_streaming() {
+  return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1;
+}
+
 class LinearPrepared final : public sdk::Prepared {
  public:
   LinearPrepared(Mode mode, std::unique_ptr<PackedLinear> w, IsaLevel level)
@@ -221,7 +227,7 @@ class LinearPrepared final : public sdk::Prepared {
         dequant_m_(dequant_row_threshold()),
         unit_rows_(unit_row_minimum()),
         fixed_m_(mode == Mode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0),
-        fixed_stream_(sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1) {}
+        fixed_stream_(fixed_point_streaming()) {}
 
   size_t bytes() const override { return w_->bytes(); }
 
