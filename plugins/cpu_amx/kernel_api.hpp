@@ -75,7 +75,8 @@ struct A16Call {
   A16FixedActivations fixed{};
 };
 
-/// The W4A16 call of the fixed-point tile path on activations prepared in `fixed`.
+/// The W4A16 call on fixed-point activations prepared in `fixed` (the int8 tiles, or one row in
+/// the AVX-512 streaming kernel).
 inline A16Call fixed_point_call(const PackedLinear* w, const A16FixedActivations& fixed,
                                 const OutputView& y, int64_t M) {
   A16Call call{w, {}, y, M};

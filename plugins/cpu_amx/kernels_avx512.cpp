@@ -2,7 +2,9 @@
 // over up to MR rows, from NP panels at once (NP independent memory streams per thread), and
 // unpack in registers: W4A16 turns nibbles into bf16 (128 + q) with one ternary-logic op and feeds
 // VDPBF16PS; W4A8 splits nibbles into VNNI-4 bytes and feeds VPDPBUSD (weights unsigned,
-// activations signed, so the integer sums are exact). Small M everywhere, all M without AMX.
+// activations signed, so the integer sums are exact); on AMX machines one W4A16 row takes its
+// fixed-point high and low bytes through the same VPDPBUSD stream (a16_fixed_row). Small M
+// everywhere, all M without AMX.
 // Built with -ffp-contract=off: the W4A8 epilogue multiplies and adds in the order of
 // docs/formats.md#w4a8-numerics.
 #include "avx512_common.hpp"
@@ -195,22 +197,20 @@ void a16_fixed_row(const A16Call& call, int64_t m, int64_t p0) {
   for (int j = 0; j < NP; ++j) store16(call.y, m, (p0 + j) * kPanel, out[j]);
 }
 
+template <int NP>
+void a16_fixed_panels(const A16Call& call, int64_t m, int64_t p) {
+  call.w->planes == 2 ? a16_fixed_row<NP, 2>(call, m, p) : a16_fixed_row<NP, 1>(call, m, p);
+}
+
 // Rows [m0, m1) × panels [p0, p1) of the fixed-point form, four panels (streams) at a time.
 void a16_fixed_walk(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  const bool two_planes = call.w->planes == 2;
   for (int64_t m = m0; m < m1; ++m)
     for (int64_t p = p0; p < p1;) {
-      const int64_t left = p1 - p;
-      if (left >= 4) {
-        two_planes ? a16_fixed_row<4, 2>(call, m, p) : a16_fixed_row<4, 1>(call, m, p);
-        p += 4;
-      } else if (left >= 2) {
-        two_planes ? a16_fixed_row<2, 2>(call, m, p) : a16_fixed_row<2, 1>(call, m, p);
-        p += 2;
-      } else {
-        two_planes ? a16_fixed_row<1, 2>(call, m, p) : a16_fixed_row<1, 1>(call, m, p);
-        p += 1;
-      }
+      const int64_t left = p1 - p, np = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+      np == 4   ? a16_fixed_panels<4>(call, m, p)
+      : np == 2 ? a16_fixed_panels<2>(call, m, p)
+                : a16_fixed_panels<1>(call, m, p);
+      p += np;
     }
 }
 
