@@ -297,6 +297,23 @@ void a8_gather(const A8Activations& from, const int64_t* source, int64_t n, cons
   }
 }
 
+void a16_fixed_gather(const A16FixedActivations& from, const int64_t* source, int64_t n,
+                      const A16FixedActivations& to, int64_t m0, int64_t m1) {
+  auto* q = const_cast<int8_t*>(to.q);
+  auto* steps = const_cast<float*>(to.step);
+  auto* sums = const_cast<int32_t*>(to.sum);
+  const size_t chunks = size_t(to.chunks);
+  for (int64_t m = m0; m < std::min(m1, n); ++m) {
+    const size_t r = size_t(source[m]);
+    std::memcpy(q + size_t(2 * m) * size_t(to.stride), from.q + 2 * r * size_t(from.stride),
+                2 * size_t(to.stride));
+    std::memcpy(steps + size_t(m) * chunks, from.step + r * size_t(from.chunks),
+                chunks * sizeof(float));
+    std::memcpy(sums + size_t(m) * chunks, from.sum + r * size_t(from.chunks),
+                chunks * sizeof(int32_t));
+  }
+}
+
 bool same_activation_layout(const PackedLinear& a, const PackedLinear& b) {
   auto same_runs = [](const std::vector<PackedLinear::Run>& x,
                       const std::vector<PackedLinear::Run>& y) {

@@ -64,6 +64,10 @@ void a16_gather(const A16Activations& from, const int64_t* source, int64_t n,
                 const A16Activations& to, int64_t m0, int64_t m1);
 void a8_gather(const A8Activations& from, const int64_t* source, int64_t n, const A8Activations& to,
                int64_t m0, int64_t m1);
+/// The same for fixed-point activations (both byte rows, steps and sums of a row); no padding
+/// rows (the fixed-point kernels read the n rows only).
+void a16_fixed_gather(const A16FixedActivations& from, const int64_t* source, int64_t n,
+                      const A16FixedActivations& to, int64_t m0, int64_t m1);
 
 /// Whether two weights take their activations in the same slot layout (same gather, padding and
 /// chunks), so that one prepared buffer serves both.

@@ -208,13 +208,12 @@ int64_t fixed_point_row_limit() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_M", 0, 8).value_or(8);
 }
 
-namespace {
-
-// Whether W4A16 rows within the streaming row limit take fixed-point activations too (AMX
-// level). NIBBLE_CPU_AMX_FIXED_STREAM=0 (read at prepare) keeps them on bf16 activations.
+// NIBBLE_CPU_AMX_FIXED_STREAM=0 (read at prepare) keeps them on bf16 activations.
 bool fixed_point_streaming() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1;
 }
+
+namespace {
 
 class LinearPrepared final : public sdk::Prepared {
  public:

@@ -34,6 +34,10 @@ int64_t dequant_row_threshold();
 /// (docs/formats.md#w4a16-fixed-point), above the streaming rows; 0 turns it off.
 int64_t fixed_point_row_limit();
 
+/// Whether W4A16 rows within the streaming row limit take fixed-point activations too, in the
+/// AVX-512 streaming kernel (AMX level; NIBBLE_CPU_AMX_FIXED_STREAM=0 turns it off).
+bool fixed_point_streaming();
+
 /// Stop the worker pool and join oneTBB's workers (used at prepare), the backend's shutdown; no
 /// call may be in flight.
 void release_threads();

@@ -156,7 +156,8 @@ class MoePrepared final : public sdk::Prepared {
         kernels_(micro_kernels_for(level)),
         small_m_(streaming_row_limit(mode == MoeMode::a16)),
         dequant_m_(dequant_row_threshold()),
-        fixed_m_(mode == MoeMode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0) {
+        fixed_m_(mode == MoeMode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0),
+        fixed_stream_(fixed_point_streaming()) {
     for (const auto& e : experts_) {
       kp13_ = std::max(kp13_, e.w13->Kp);
       kp2_ = std::max(kp2_, e.w2->Kp);
@@ -202,8 +203,8 @@ class MoePrepared final : public sdk::Prepared {
  private:
   // Workspace regions for M tokens (offsets in bytes, each 64-byte aligned).
   struct Layout {
-    size_t gathered_x = 0, tokens = 0, gate_up = 0, down = 0, activations = 0, activation_bytes = 0,
-           total = 0;
+    size_t gathered_x = 0, tokens = 0, tokens_fixed = 0, gate_up = 0, down = 0, activations = 0,
+           activation_bytes = 0, total = 0;
     // w2's activation buffers beside w13's, for calls that may run both projections at once
     // (decode-sized routing, at most kStreamingRowsPerExpert rows per expert); 0 bytes otherwise.
     size_t activations2 = 0, activation2_bytes = 0;
@@ -217,6 +218,10 @@ class MoePrepared final : public sdk::Prepared {
       const PackedLinear& w0 = *experts_[0].w13;
       l.tokens = at;
       at += align64(mode_ == MoeMode::a16 ? a16_workspace_bytes(w0, M) : a8_workspace_bytes(w0, M));
+      if (fixed_m_ > 0) {  // and in fixed point, for the experts that take it
+        l.tokens_fixed = at;
+        at += align64(a16_fixed_workspace_bytes(w0, M));
+      }
     } else {  // each expert's rows gathered in x's dtype, then prepared per expert
       l.gathered_x = at;
       at += align64(size_t(rows) * size_t(K_) * sizeof(float));  // room for the widest x dtype
@@ -268,8 +273,11 @@ class MoePrepared final : public sdk::Prepared {
 
   // Whether an expert with n routed rows runs on the tile kernels (else the streaming ones).
   bool on_tiles(int64_t n) const { return level_ == IsaLevel::amx && n > small_m_; }
-  // Whether it runs W4A16 on fixed-point activations (the int8 tiles), as a linear layer of n rows.
-  bool fixed_point(int64_t n) const { return n > small_m_ && n <= fixed_m_; }
+  // Whether it runs W4A16 on fixed-point activations, as a linear layer of n rows does: on the int8
+  // tiles above the streaming rows, in the AVX-512 streaming kernel at and below them.
+  bool fixed_point(int64_t n) const {
+    return n > 0 && n <= fixed_m_ && (n > small_m_ || fixed_stream_);
+  }
   // Rows of an expert's activation buffer to prepare: the tile kernels on bf16 or int8 rows read
   // whole 32-row blocks, so those padding rows are zeroed too.
   int64_t prepared_rows(int64_t n) const {
@@ -361,7 +369,8 @@ class MoePrepared final : public sdk::Prepared {
                   int64_t m1, int64_t p0, int64_t p1) const {
     const bool large = on_tiles(n);
     if (fixed_point(n)) {
-      kernels_.a16_large(fixed_point_call(&w, a16_fixed_view(w, n, buffer), y, n), m0, m1, p0, p1);
+      (large ? kernels_.a16_large : kernels_.a16_small)(
+          fixed_point_call(&w, a16_fixed_view(w, n, buffer), y, n), m0, m1, p0, p1);
     } else if (mode_ == MoeMode::a16) {
       A16Call call{&w, a16_view(w, n, buffer), y, n};
       call.dequantize_b = n >= dequant_m_;
@@ -382,15 +391,30 @@ class MoePrepared final : public sdk::Prepared {
   }
 
   // Every w13 takes the same slot layout: convert (A16) or quantize (A8) each token once, then
-  // copy its prepared row to each expert it is routed to.
+  // copy its prepared row to each expert it is routed to. Experts on fixed-point activations take
+  // theirs from tokens prepared once in fixed point where they have more rows than there are
+  // tokens (decode: a token's row for each of its top-k experts), else from x.
   void gather_prepared_tokens(const Call& c) const {
     const sdk::Matrix& x = c.args.x;
     const int64_t M = c.args.M;
     const PackedLinear& w0 = *experts_[0].w13;
     char* tokens = c.ws + c.lay.tokens;
+    int64_t fixed_rows = 0;
+    bool other_rows = false;
+    for (int64_t e = 0; e < int64_t(experts_.size()); ++e) {
+      const int64_t n = c.rows_of(e);
+      if (fixed_point(n))
+        fixed_rows += n;
+      else
+        other_rows |= n > 0;
+    }
+    const bool fixed_tokens = fixed_rows > M;
+    const A16FixedActivations fixed_from = a16_fixed_view(w0, M, c.ws + c.lay.tokens_fixed);
     const int64_t block = fill_block_rows(M, c.row_threads);
     run_tasks(c.row_threads, (M + block - 1) / block, [&](int64_t b) {
       const int64_t m0 = b * block, m1 = std::min(M, (b + 1) * block);
+      if (fixed_tokens) a16_fixed_fill(x, w0, fixed_from, m0, m1, level_);
+      if (!other_rows) return;
       if (mode_ == MoeMode::a16)  // the layout a16_gather reads, whatever M is
         a16_fill(x, w0, a16_view(w0, M, tokens), m0, m1, level_);
       else
@@ -402,7 +426,9 @@ class MoePrepared final : public sdk::Prepared {
       const PackedLinear& w = weight_of(t.expert, Projection::w13);
       const int64_t* source = c.plan.routing.row_token.data() + c.first_row(t.expert);
       char* buffer = c.activations_of(t.expert);
-      if (fixed_point(n))  // from x itself: the tokens were prepared in bf16
+      if (fixed_point(n) && fixed_tokens)
+        a16_fixed_gather(fixed_from, source, n, a16_fixed_view(w, n, buffer), t.m0, t.m1);
+      else if (fixed_point(n))
         a16_fixed_fill_rows(x, source, n, w, a16_fixed_view(w, n, buffer), t.m0, t.m1, level_);
       else if (mode_ == MoeMode::a16)
         a16_gather(a16_view(w0, M, tokens), source, n, a16_view(w, n, buffer), t.m0, t.m1);
@@ -600,6 +626,7 @@ class MoePrepared final : public sdk::Prepared {
   int64_t small_m_;
   int64_t dequant_m_;
   int64_t fixed_m_;
+  bool fixed_stream_;
   int64_t kp13_ = 0, kp2_ = 0, chunks13_ = 0, chunks2_ = 0;
   bool shared13_ = true;  ///< every expert's w13 takes the same activation slot layout
 };

@@ -204,6 +204,40 @@ TEST(CpuAmxActivationRows, Avx512KernelsGiveThePortableBits) {
   }
 }
 
+// MoE prepares each token's fixed-point row once and copies it to each expert it is routed to:
+// the copy must hold exactly what preparing the expert's rows from x makes, every byte of the
+// buffer (steps and sums included; nothing written past row n).
+TEST(CpuAmxActivations, FixedPointGatherCopiesWhatTheRowFillMakes) {
+  test::QuantSpec spec;
+  spec.K = 200;
+  spec.N = 32;
+  spec.group_size = 64;
+  spec.act_order = true;
+  spec.seed = 8;
+  test::CanonicalWeight tw = test::random_weight(spec);
+  nibble_canonical_weight cw = tw.view();
+  sdk::QuantWeight w(cw, "gather");
+  auto packed = pack_linear(w, 1);
+  const int64_t M = 5;
+  const auto xt = test::tensor_of(test::random_activations(M, spec.K, sdk::dtype_bf16(), 12));
+  const sdk::Matrix xm = sdk::as_matrix(&xt->t, "x");
+  const IsaLevel level = have_avx512() ? IsaLevel::avx512 : IsaLevel::scalar;
+  std::vector<uint8_t> tokens(a16_fixed_workspace_bytes(*packed, M), 0xAB);
+  a16_fixed_fill(xm, *packed, a16_fixed_view(*packed, M, tokens.data()), 0, M, level);
+  const int64_t source[] = {3, 0, 3, 4};
+  const int64_t n = 4;
+  std::vector<uint8_t> gathered(a16_fixed_workspace_bytes(*packed, n), 0xAB), filled = gathered;
+  a16_fixed_gather(a16_fixed_view(*packed, M, tokens.data()), source, n,
+                   a16_fixed_view(*packed, n, gathered.data()), 0, 2);
+  a16_fixed_gather(a16_fixed_view(*packed, M, tokens.data()), source, n,
+                   a16_fixed_view(*packed, n, gathered.data()), 2, 8);  // clipped at n
+  a16_fixed_fill_rows(xm, source, n, *packed, a16_fixed_view(*packed, n, filled.data()), 0, n,
+                      level);
+  EXPECT_EQ(gathered, filled);
+  const A16FixedActivations g = a16_fixed_view(*packed, n, gathered.data());
+  EXPECT_NE(g.sum[0], g.sum[size_t(g.chunks)]) << "rows 0 and 1 come from different tokens";
+}
+
 TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
   std::vector<IsaLevel> levels{IsaLevel::scalar, IsaLevel::avx2};
   if (have_avx512()) levels.push_back(IsaLevel::avx512);
