@@ -58,12 +58,15 @@ struct LaneScales {
     }
   }
   /// The scales of n8 tile T's even and odd column, as fp32.
-  __device__ __forceinline__ float2 get(int T) const {
-    if (f32) {
-      const int e = single ? 2 * T : T, o = single ? 2 * T + 1 : 8 + T;
-      return make_float2(__ldg(f32 + (e < 8 ? first + e : second + e - 8)),
-                         __ldg(f32 + (o < 8 ? first + o : second + o - 8)));
-    }
+  __device__ __forceinline__ float2 get(int T) const { return f32 ? get_f32(T) : get_16(T); }
+  /// get() for fp32 scales (read when applied).
+  __device__ __forceinline__ float2 get_f32(int T) const {
+    const int e = single ? 2 * T : T, o = single ? 2 * T + 1 : 8 + T;
+    return make_float2(__ldg(f32 + (e < 8 ? first + e : second + e - 8)),
+                       __ldg(f32 + (o < 8 ? first + o : second + o - 8)));
+  }
+  /// get() for 16-bit scales (loaded per group).
+  __device__ __forceinline__ float2 get_16(int T) const {
     const uint32_t p = pairs[T];
     if (bf16) return make_float2(__uint_as_float(p << 16), __uint_as_float(p & 0xFFFF0000u));
     return __half22float2(*reinterpret_cast<const __half2*>(&p));

@@ -131,10 +131,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     __syncthreads();
     if (!run_valid) continue;
-    int64_t s0, s1;
-    split(we - ws, KP, kp, s0, s1);
-    s0 += ws;
-    s1 += ws;
+    int64_t first_slab, end_slab;
+    split(we - ws, KP, kp, first_slab, end_slab);
+    // Slab indices in 32 bits (K / 16 < 2^31): fewer registers in the loop below.
+    const int s0 = int(first_slab + ws), s1 = int(end_slab + ws);
     if (s0 >= s1) continue;
 
     float tmp[8][4];
@@ -142,48 +142,77 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int t = 0; t < 8; ++t)
 #pragma unroll
       for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
-    int64_t group = device::slab_group(w, slab_groups, s0);
+    int group = int(device::slab_group(w, slab_groups, s0));
     LaneScales sc;
     sc.load(w, scales, group, n_run, tq);
     uint32_t zop[8];
     load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
 
-    // sums += tmp · scale, once per group: fp32 partial products times the fp32 scale.
-    auto flush = [&]() {
-      float* mine = sums + warp * kRows * kSumLd;
-      const int g = lane / 4;
+    // sums += tmp · scale, once per group: fp32 partial products times the fp32 scale. The scale
+    // dtype and whether the block has rows past 8 (the C rows g + 8) are the same for the whole
+    // block, so a flush runs one straight-line body: with 16-bit scales and at most 8 rows
+    // (decode) 8 × (2 FFMA and one shared load and store), where a branch per tile and both row
+    // halves were 2-3× that.
+    float* const mine = sums + warp * kRows * kSumLd;
+    const int g = lane / 4;
+    auto flush_body = [&](auto scale_of, auto lower) {
 #pragma unroll
       for (int t = 0; t < 8; ++t) {
-        const float2 sc2 = sc.get(t);
+        const float2 sc2 = scale_of(t);
         float2* top = reinterpret_cast<float2*>(mine + g * kSumLd + 8 * t + 2 * tq);
-        float2* bottom = reinterpret_cast<float2*>(mine + (g + 8) * kSumLd + 8 * t + 2 * tq);
-        float2 u = *top, v = *bottom;
+        float2 u = *top;
         u.x += tmp[t][0] * sc2.x;
         u.y += tmp[t][1] * sc2.y;
-        v.x += tmp[t][2] * sc2.x;
-        v.y += tmp[t][3] * sc2.y;
         *top = u;
-        *bottom = v;
+        if constexpr (decltype(lower)::value) {
+          float2* bottom = reinterpret_cast<float2*>(mine + (g + 8) * kSumLd + 8 * t + 2 * tq);
+          float2 v = *bottom;
+          v.x += tmp[t][2] * sc2.x;
+          v.y += tmp[t][3] * sc2.y;
+          *bottom = v;
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
       }
     };
+    const bool lower_rows = rows > 8;
+    auto flush = [&]() {
+      if (sc.f32) {
+        flush_body([&](int t) { return sc.get_f32(t); }, std::true_type{});
+      } else if (lower_rows) {
+        flush_body([&](int t) { return sc.get_16(t); }, std::true_type{});
+      } else {
+        flush_body([&](int t) { return sc.get_16(t); }, std::false_type{});
+      }
+    };
     // Regular groups change every group_slabs slabs; act-order ones are read per slab.
-    int64_t next_change = w.group_slabs ? (group + 1) * w.group_slabs : 0;
+    int next_change = w.group_slabs ? (group + 1) * w.group_slabs : 0;
 
-    uint4 cur[kBatch][kWordsPerLane], next[kBatch][kWordsPerLane];
-    auto fetch = [&](uint4(&buf)[kBatch][kWordsPerLane], int64_t first) {
+    // Two register buffers of kBatch slabs' words take turns (the loop below runs two batches per
+    // iteration): one is in flight while the other computes, and no words are copied between
+    // them (copying `next` into `cur` cost about 40 moves per batch).
+    uint4 buf0[kBatch][kWordsPerLane], buf1[kBatch][kWordsPerLane];
+    auto fetch = [&](uint4(&buf)[kBatch][kWordsPerLane], int first) {
+      const uint4* q = q_lane + int64_t(first) * slab_stride;
+      if (first + kBatch <= s1) {  // a whole batch: no per-slab checks
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (first + u < s1)
+        for (int u = 0; u < kBatch; ++u)
 #pragma unroll
           for (int v = 0; v < kWordsPerLane; ++v)
-            buf[u][v] = device::load_stream(q_lane + (first + u) * slab_stride + v);
+            buf[u][v] = device::load_stream(q + u * slab_stride + v);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+          if (first + u < s1)
+#pragma unroll
+            for (int v = 0; v < kWordsPerLane; ++v)
+              buf[u][v] = device::load_stream(q + u * slab_stride + v);
+      }
     };
     // One slab: A fragments from shared memory, the lane's words dequantized, 8 (P = 2: 16) MMAs.
-    auto compute = [&](const uint4(&words_u)[kWordsPerLane], int64_t s) {
+    auto compute = [&](const uint4(&words_u)[kWordsPerLane], int s) {
       uint32_t af[P][4];
-      const int64_t kk = (s - ws) * 16;
+      const int kk = int(s - ws) * 16;
 #pragma unroll
       for (int p = 0; p < P; ++p)
         device::ldmatrix_x4(
@@ -212,17 +241,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         }
       }
     };
-    auto change_group = [&](int64_t g) {
+    auto change_group = [&](int gn) {
       flush();
-      group = g;
+      group = gn;
       next_change += w.group_slabs;
       sc.load(w, scales, group, n_run, tq);
       load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
     };
-
-    fetch(cur, s0);
-    for (int64_t sb = s0; sb < s1; sb += kBatch) {
-      if (sb + kBatch < s1) fetch(next, sb + kBatch);  // in flight while this batch computes
+    // The batch of slabs [sb, sb + kBatch) ∩ [sb, s1), its words in `cur`.
+    auto run_batch = [&](const uint4(&cur)[kBatch][kWordsPerLane], int sb) {
       // A whole batch inside one regular group runs without per-slab checks (a change at its
       // first slab is made first; groups of 2 slabs can change again inside the batch).
       if (w.group_slabs != 0 && sb == next_change) change_group(group + 1);
@@ -233,18 +260,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       } else {
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
-          const int64_t s = sb + u;
+          const int s = sb + u;
           if (s >= s1) break;
-          const int64_t g = w.group_slabs ? (s == next_change ? group + 1 : group)
-                                          : int64_t(__ldg(slab_groups + s));
-          if (g != group) change_group(g);
+          const int gs =
+              w.group_slabs ? (s == next_change ? group + 1 : group) : __ldg(slab_groups + s);
+          if (gs != group) change_group(gs);
           compute(cur[u], s);
         }
       }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-#pragma unroll
-        for (int v = 0; v < kWordsPerLane; ++v) cur[u][v] = next[u][v];
+    };
+
+    fetch(buf0, s0);
+    for (int sb = s0; sb < s1; sb += 2 * kBatch) {
+      if (sb + kBatch < s1) fetch(buf1, sb + kBatch);  // in flight while buf0 computes
+      run_batch(buf0, sb);
+      if (sb + kBatch >= s1) break;
+      if (sb + 2 * kBatch < s1) fetch(buf0, sb + 2 * kBatch);  // in flight while buf1 computes
+      run_batch(buf1, sb + kBatch);
     }
     flush();
   }
