@@ -142,6 +142,20 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
       EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
     }
+  // MoE work items (Mixtral-like decode: two items): the ranks that keep all items' blocks in
+  // one wave of two blocks per SM.
+  auto chosen_items = [](int64_t K, int64_t N, int64_t items) {
+    cuda::GemmArgs a;
+    a.w.K = K;
+    a.w.N = N;
+    a.M = items;
+    a.items = reinterpret_cast<const int4*>(&a);  // not read: the count is on the device
+    a.max_items = items;
+    return cuda::choose_stream_config(a, 132);
+  };
+  EXPECT_EQ(chosen_items(14336, 4096, 2).cluster, 2);  // 64 runs · 2 items · 2 = 256 ≤ 264
+  EXPECT_EQ(chosen_items(4096, 28672, 2).cluster, 1);  // 448 runs · 2 items: over one wave
+  EXPECT_EQ(chosen_items(14336, 4096, 8).cluster, 1);
   for (int64_t K : {16, 128, 512, 1024, 2048, 4096, 4112, 8192, 14336})
     for (int64_t N : {64, 128, 1024, 4096, 4160, 14336})
       for (int64_t M : {1, 16, 17, 300}) {
