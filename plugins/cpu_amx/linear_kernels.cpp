@@ -208,7 +208,7 @@ int64_t fixed_point_row_limit() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_M", 0, 8).value_or(8);
 }
 
-// NIBBLE_CPU_AMX_FIXED_STREAM=0 (read at prepare) keeps them on bf16 activations.
+// NIBBLE_CPU_AMX_FIXED_STREAM=0 (read at prepare) keeps one W4A16 row on bf16 activations.
 bool fixed_point_streaming() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1;
 }
