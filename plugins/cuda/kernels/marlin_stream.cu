@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       sc.load(w, scales, group, n_run, tq);
       load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
     };
-    // The batch of slabs [sb, sb + kBatch) ∩ [sb, s1), its words in `cur`.
+    // The batch of slabs [sb, min(sb + kBatch, s1)), its words in `cur`.
     auto run_batch = [&](const uint4(&cur)[kBatch][kWordsPerLane], int sb) {
       // A whole batch inside one regular group runs without per-slab checks (a change at its
       // first slab is made first; groups of 2 slabs can change again inside the batch).
