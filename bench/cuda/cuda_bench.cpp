@@ -33,6 +33,7 @@ struct Options {
   int iters = 200;
   double peak_tbs = 4.8;
   bool sweep = false, moe = true, linear = true;
+  int tile_rows = 0;  // the small-M kernel's rows per tile (8 or 16); 0: its own choice
   std::string json, plugin = std::string(NIBBLE_PLUGIN_BUILD_DIR) + "/libnibble_cuda.so";
 };
 
@@ -68,6 +69,8 @@ Options parse(int argc, char** argv) {
       o.plugin = value();
     else if (a == "--sweep")
       o.sweep = true;
+    else if (a == "--tile-rows")
+      o.tile_rows = int(std::stoi(value()));
     else if (a == "--no-moe")
       o.moe = false;
     else if (a == "--moe-only")
@@ -86,9 +89,10 @@ Options parse(int argc, char** argv) {
         }
       }
     } else {
-      throw std::runtime_error("unknown option " + a +
-                               " (--json F --iters N --m 1,16 --shapes KxN,... --sweep "
-                               "--no-moe --moe-only --peak-tbs T --plugin PATH)");
+      throw std::runtime_error(
+          "unknown option " + a +
+          " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 "
+          "--no-moe --moe-only --peak-tbs T --plugin PATH)");
     }
   }
   return o;
@@ -177,7 +181,13 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
       };
       const Timing tm = time_calls(o.iters, dev.stream, [&](int i) {
         a.w = view(i % copies);
-        check_cuda(launch_marlin(a, dev.sms, dev.stream), "launch_marlin");
+        if (o.tile_rows != 0 && !(M > 64 && tiled_takes(a))) {
+          StreamConfig c = choose_stream_config(a, dev.sms);
+          c.tile_rows = o.tile_rows;
+          check_cuda(launch_marlin_stream(a, c, dev.stream), "launch_marlin_stream");
+        } else {
+          check_cuda(launch_marlin(a, dev.sms, dev.stream), "launch_marlin");
+        }
       });
       const double us = tm.device_us;
       const float one = 1.f, zero = 0.f;
@@ -226,13 +236,16 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
         std::printf("        stream:");
         if (M <= 256) {
           const std::vector<int> Rs = M <= 16 ? std::vector<int>{1, 2, 4} : std::vector<int>{1};
-          for (int B : {2, 1})
-            for (int R : Rs)
-              for (int C : {1, 2, 3, 4, 6, 8}) {
-                const double t = stream_us({R, C, B});
-                sweep.push_back({{"kernel", "stream"}, {"B", B}, {"R", R}, {"C", C}, {"us", t}});
-                std::printf(" B%dR%dC%d %.1f", B, R, C, t);
-              }
+          const std::vector<int> Ts = M <= 16 ? std::vector<int>{8, 16} : std::vector<int>{16};
+          for (int T : Ts)
+            for (int B : {2, 1})
+              for (int R : Rs)
+                for (int C : {1, 2, 3, 4, 6, 8}) {
+                  const double t = stream_us({R, C, B, T});
+                  sweep.push_back(
+                      {{"kernel", "stream"}, {"T", T}, {"B", B}, {"R", R}, {"C", C}, {"us", t}});
+                  std::printf(" T%dB%dR%dC%d %.1f", T, B, R, C, t);
+                }
         }
         if (M >= 16) {
           std::printf("  tiled:");

@@ -68,7 +68,11 @@ class MarlinMoePrepared : public sdk::Prepared {
     DeviceGuard guard(device_);
     const cudaStream_t stream = static_cast<cudaStream_t>(e.stream);
     const int32_t top_k = int32_t(f.topk_ids.cols);
-    const int64_t M = f.M, P = M * top_k, items = max_items(P, E_);
+    // Decode batches (up to 8 tokens: an expert holds at most 8 rows unless a token names it
+    // twice) run in items of 8 rows, where the Marlin kernel takes the weight as the MMA's A
+    // operand; larger batches in items of 16.
+    const int32_t item_rows = f.M <= 8 ? 8 : 16;
+    const int64_t M = f.M, P = M * top_k, items = max_items(P, E_, item_rows);
     const bool ids64 = f.topk_ids.dtype.bits == 64;
     // Scratch: sorted pairs, work items and their count, h [P][I] and the down outputs [P][K].
     const size_t at_items = aligned(size_t(P) * 4),
@@ -87,6 +91,7 @@ class MarlinMoePrepared : public sdk::Prepared {
     r.sorted = scratch.at<int32_t>();
     r.items = scratch.at<int4>(at_items);
     r.item_count = scratch.at<int32_t>(at_count);
+    r.item_rows = item_rows;
     check(launch_route(r, stream), what + ": routing");
 
     GemmArgs up;
@@ -102,6 +107,7 @@ class MarlinMoePrepared : public sdk::Prepared {
     up.items = r.items;
     up.item_count = r.item_count;
     up.max_items = items;
+    up.item_rows = item_rows;
     up.sorted = r.sorted;
     up.top_k = top_k;
     up.x_by_token = true;

@@ -25,7 +25,7 @@ struct LinearCase {
            (spec.v1_zero16 ? " zero16" : "") + " scales " + sdk::dtype_name(spec.scales_dtype) +
            " x " + sdk::dtype_name(act) + " M" + std::to_string(M) + " R" +
            std::to_string(config.runs_per_block) + " C" + std::to_string(config.cluster) + " B" +
-           std::to_string(config.blocks_per_sm);
+           std::to_string(config.blocks_per_sm) + " T" + std::to_string(config.tile_rows);
   }
 };
 
@@ -156,6 +156,16 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
   EXPECT_EQ(chosen_items(14336, 4096, 2).cluster, 2);  // 64 runs · 2 items · 2 = 256 ≤ 264
   EXPECT_EQ(chosen_items(4096, 28672, 2).cluster, 1);  // 448 runs · 2 items: over one wave
   EXPECT_EQ(chosen_items(14336, 4096, 8).cluster, 1);
+  EXPECT_EQ(chosen_items(14336, 4096, 2).tile_rows, 16);  // items of up to 16 rows
+  {
+    cuda::GemmArgs a;
+    a.w.K = 4096;
+    a.w.N = 4096;
+    a.items = reinterpret_cast<const int4*>(&a);
+    a.max_items = 2;
+    a.item_rows = 8;
+    EXPECT_EQ(cuda::choose_stream_config(a, 132).tile_rows, 8);
+  }
   for (int64_t K : {16, 128, 512, 1024, 2048, 4096, 4112, 8192, 14336})
     for (int64_t N : {64, 128, 1024, 4096, 4160, 14336})
       for (int64_t M : {1, 16, 17, 300}) {
@@ -168,6 +178,7 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
         EXPECT_TRUE(c.cluster == 1 || c.cluster == 2 || c.cluster == 4 || c.cluster == 8)
             << at << ": cluster " << c.cluster;
         EXPECT_TRUE(c.blocks_per_sm == 1 || c.blocks_per_sm == 2) << at;
+        EXPECT_EQ(c.tile_rows, M <= 8 ? 8 : 16) << at;  // the weight as A up to 8 rows
         if (M <= 16 && K <= 4096 && N <= 4096) {
           const int64_t runs = N / 64, slabs = K / 16;
           EXPECT_EQ(c.runs_per_block, 1) << at;
@@ -179,43 +190,55 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
       }
 }
 
+// Both ways of putting rows on the MMA (tiles of 8 rows with the weight as A, tiles of 16 with
+// the rows as A) on every case, whatever M: more rows than a tile run as further tiles.
 TEST(CudaMarlinStream, RowsDtypesAndGroupings) {
   NIBBLE_REQUIRE_GPU();
   const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
-  for (int64_t M : {1, 3, 16, 64, 300})
-    run_marlin({spec(512, 256, 4, 128, true, false, f16, 1), M, bf16});
-  for (DLDataType act : {bf16, f16, f32}) {
-    run_marlin({spec(512, 192, 4, 128, false, false, f16, 2), 3, act});  // AWQ-style zeros
-    run_marlin({spec(384, 128, 4, -1, true, false, bf16, 3), 16, act});  // per channel
-    run_marlin({spec(384, 128, 4, -1, false, false, f32, 4), 5, act});   // per channel, zeros
-    run_marlin({spec(256, 64, 4, 32, false, false, f16, 5), 7, act});
-    run_marlin({spec(512, 128, 4, 64, true, false, bf16, 6), 16, act});
-    run_marlin({spec(1024, 128, 4, 128, true, true, f16, 7), 9, act});  // act-order
-    run_marlin({spec(512, 128, 8, 128, true, false, f16, 8), 4, act});  // uint8b128
-    run_marlin({spec(512, 128, 8, -1, false, false, f16, 9), 2, act});  // uint8 zeros
-    run_marlin({spec(256, 64, 8, 32, false, false, bf16, 10), 17, act});
-    run_marlin({spec(512, 128, 8, 64, true, true, f32, 11), 3, act});  // 8-bit act-order
+  for (int T : {8, 16}) {
+    const cuda::StreamConfig c{0, 0, 2, T};
+    for (int64_t M : {1, 3, 8, 9, 16, 64, 300})
+      run_marlin({spec(512, 256, 4, 128, true, false, f16, 1), M, bf16, c});
+    for (DLDataType act : {bf16, f16, f32}) {
+      run_marlin({spec(512, 192, 4, 128, false, false, f16, 2), 3, act, c});  // AWQ-style zeros
+      run_marlin({spec(384, 128, 4, -1, true, false, bf16, 3), 16, act, c});  // per channel
+      run_marlin({spec(384, 128, 4, -1, false, false, f32, 4), 5, act, c});   // per channel, zeros
+      run_marlin({spec(384, 128, 4, -1, true, false, f16, 12), 1, act, c});   // per channel, M 1
+      run_marlin({spec(256, 64, 4, 32, false, false, f16, 5), 7, act, c});
+      run_marlin({spec(512, 128, 4, 64, true, false, bf16, 6), 16, act, c});
+      run_marlin({spec(1024, 128, 4, 128, true, true, f16, 7), 9, act, c});    // act-order
+      run_marlin({spec(1024, 128, 4, 128, true, true, bf16, 13), 2, act, c});  // act-order
+      run_marlin({spec(512, 128, 8, 128, true, false, f16, 8), 4, act, c});    // uint8b128
+      run_marlin({spec(512, 128, 8, -1, false, false, f16, 9), 2, act, c});    // uint8 zeros
+      run_marlin({spec(256, 64, 8, 32, false, false, bf16, 10), 17, act, c});
+      run_marlin({spec(512, 128, 8, 64, true, true, f32, 11), 3, act, c});  // 8-bit act-order
+    }
   }
 }
 
 TEST(CudaMarlinStream, EverySplitConfiguration) {
   NIBBLE_REQUIRE_GPU();
-  for (int B : {2, 1})
-    for (int R : {1, 2, 4, 8})
-      for (int C : {1, 2, 3, 4, 8}) {
-        run_marlin({spec(1024, 512, 4, 128, false, false, sdk::dtype_f16(), 21),
-                    5,
-                    sdk::dtype_bf16(),
-                    {R, C, B}});
-        run_marlin({spec(1024, 320, 8, 64, true, false, sdk::dtype_bf16(), 22),
-                    16,
-                    sdk::dtype_f16(),
-                    {R, C, B}});
-      }
+  for (int T : {8, 16})
+    for (int B : {2, 1})
+      for (int R : {1, 2, 4, 8})
+        for (int C : {1, 2, 3, 4, 8}) {
+          run_marlin({spec(1024, 512, 4, 128, false, false, sdk::dtype_f16(), 21),
+                      5,
+                      sdk::dtype_bf16(),
+                      {R, C, B, T}});
+          run_marlin({spec(1024, 320, 8, 64, true, false, sdk::dtype_bf16(), 22),
+                      T == 8 ? 7 : 16,
+                      sdk::dtype_f16(),
+                      {R, C, B, T}});
+        }
   // Act-order groups (read per slab) and f32 activations under both register budgets.
   for (int B : {2, 1}) {
     run_marlin(
         {spec(1024, 128, 4, 64, true, true, sdk::dtype_f16(), 23), 3, sdk::dtype_f32(), {1, 3, B}});
+    run_marlin({spec(1024, 128, 4, 64, true, true, sdk::dtype_f16(), 23),
+                3,
+                sdk::dtype_f32(),
+                {1, 3, B, 16}});
     run_marlin({spec(2048, 192, 4, 32, false, false, sdk::dtype_bf16(), 24),
                 11,
                 sdk::dtype_bf16(),
@@ -230,6 +253,10 @@ TEST(CudaMarlinStream, WindowsOfK) {
       {spec(4096, 256, 4, 128, true, false, sdk::dtype_f16(), 31), 16, sdk::dtype_bf16(), {1, 1}});
   run_marlin(
       {spec(4096, 128, 4, 128, false, false, sdk::dtype_f16(), 32), 3, sdk::dtype_f32(), {1, 1}});
+  run_marlin({spec(4096, 256, 4, 64, false, false, sdk::dtype_bf16(), 34),
+              6,
+              sdk::dtype_bf16(),
+              {1, 1, 2, 8}});
   run_marlin({spec(4096, 4096, 4, 128, true, false, sdk::dtype_f16(), 33), 16, sdk::dtype_bf16()});
 }
 

@@ -55,7 +55,7 @@ void run_moe_case(const MoeCase& c) {
   ASSERT_EQ(why_not(k, d), "");
   const std::unique_ptr<PreparedLayer> p = prepare_moe(k, d, ex);
   for (DLDataType dt : {sdk::dtype_bf16(), sdk::dtype_f16(), sdk::dtype_f32()})
-    for (int64_t M : {1, 3, 16, 64, 300}) {
+    for (int64_t M : {1, 3, 8, 16, 64, 300}) {
       const Activations x = random_activations(M, ex.K, dt, uint32_t(M) + c.seed);
       const DLDataType wt = M % 2 ? sdk::dtype_bf16() : sdk::dtype_f32();
       const Routing routing = random_routing(M, top_k, E, 0.15, M % 3 == 0, wt, uint32_t(M) * 7);
@@ -79,15 +79,27 @@ TEST(CudaPluginMoe, RandomExpertsAndRoutings) {
   run_moe_case({8, 32, 128, false, false, 5});
 }
 
+// The MoE of E random experts (K 256, I 128, 4-bit g128) on M bf16 tokens routed by `routing`
+// (ids as the kernel reads them) against float64 on `as_seen` (the ids it must act on).
+void expect_routed_moe(int E, int top_k, int64_t M, uint32_t seed, const Routing& routing,
+                       const Routing& as_seen) {
+  const TestExperts ex = random_experts(E, 256, 128, 4, 128, 128, true, false, seed);
+  const nibble_layer_desc d = on_cuda(moe_desc(ex, top_k));
+  const std::unique_ptr<PreparedLayer> p = prepare_moe(cuda_plugin().kernel("moe_marlin"), d, ex);
+  const Activations x = random_activations(M, ex.K, sdk::dtype_bf16(), seed + 1);
+  const std::vector<double> ref =
+      reference_moe(ex, x.values, M, top_k, as_seen.ids, as_seen.weights);
+  const DeviceRun r = run_moe_on_device(*p, x, routing, false, ref);
+  ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+  EXPECT_EQ(r.not_finite, 0u);
+  EXPECT_LE(r.rel_error, bound_for(sdk::dtype_bf16()));
+}
+
 // Ids the host did not range-check (device memory): outside [-1, E) they count as no expert.
 TEST(CudaPluginMoe, IdsOutsideTheExpertsAreSkipped) {
   NIBBLE_REQUIRE_GPU();
   const int E = 8, top_k = 3;
-  const TestExperts ex = random_experts(E, 256, 128, 4, 128, 128, true, false, 9);
-  const nibble_layer_desc d = on_cuda(moe_desc(ex, top_k));
-  const std::unique_ptr<PreparedLayer> p = prepare_moe(cuda_plugin().kernel("moe_marlin"), d, ex);
   const int64_t M = 5;
-  const Activations x = random_activations(M, ex.K, sdk::dtype_bf16(), 3);
   Routing routing = random_routing(M, top_k, E, 0.0, true, sdk::dtype_f32(), 4);
   Routing as_seen = routing;
   routing.ids[1] = E + 3;
@@ -95,12 +107,18 @@ TEST(CudaPluginMoe, IdsOutsideTheExpertsAreSkipped) {
   for (int j = 0; j < top_k; ++j) routing.ids[size_t(2 * top_k + j)] = -1;  // token 2: none
   for (size_t i = 0; i < routing.ids.size(); ++i)
     as_seen.ids[i] = routing.ids[i] >= 0 && routing.ids[i] < E ? routing.ids[i] : -1;
-  const std::vector<double> ref =
-      reference_moe(ex, x.values, M, top_k, as_seen.ids, as_seen.weights);
-  const DeviceRun r = run_moe_on_device(*p, x, routing, false, ref);
-  ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
-  EXPECT_EQ(r.not_finite, 0u);
-  EXPECT_LE(r.rel_error, bound_for(sdk::dtype_bf16()));
+  expect_routed_moe(E, top_k, M, 9, routing, as_seen);
+}
+
+// A decode batch whose tokens all name one expert in both slots: that expert holds 16 rows, more
+// than one decode work item (8 rows), and runs as two.
+TEST(CudaPluginMoe, AnExpertNamedTwiceByEveryToken) {
+  NIBBLE_REQUIRE_GPU();
+  const int E = 8, top_k = 2;
+  const int64_t M = 8;
+  Routing routing = random_routing(M, top_k, E, 0.0, true, sdk::dtype_f32(), 6);
+  for (auto& id : routing.ids) id = 3;
+  expect_routed_moe(E, top_k, M, 11, routing, routing);
 }
 
 std::string fixture(const std::string& name) {

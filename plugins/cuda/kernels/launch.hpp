@@ -40,7 +40,7 @@ struct MarlinDevice {
 enum class Epilogue : int32_t { store = 0, swiglu = 1 };
 
 /// One GEMM on the Marlin layout: y[M][N] = x[M][K] · Wᵀ, or an MoE expert pass over rows grouped
-/// into work items (expert, first row, row count ≤ 16) listed on the device.
+/// into work items (expert, first row, row count ≤ item_rows) listed on the device.
 struct GemmArgs {
   MarlinDevice w;
   const void* x = nullptr;
@@ -56,6 +56,7 @@ struct GemmArgs {
   const int4* items = nullptr;
   const int32_t* item_count = nullptr;
   int64_t max_items = 0;
+  int32_t item_rows = 16;           ///< the most rows of any item (RouteArgs::item_rows)
   const int32_t* sorted = nullptr;  ///< sorted row r is the (token, slot) pair sorted[r]
   int32_t top_k = 1;
   bool x_by_token = false;  ///< row r reads x row sorted[r] / top_k (else x row r)
@@ -68,6 +69,9 @@ struct StreamConfig {
   int runs_per_block = 0;
   int cluster = 0;
   int blocks_per_sm = 2;  ///< the register budget: 2 (128 per thread) or 1 (255)
+  /// Rows per tile: 8 (the weight is the MMA's A operand, 4 MMAs per slab) or 16 (the rows are
+  /// A, 8 MMAs per slab); 0 picks 8 where no tile or item holds more rows.
+  int tile_rows = 0;
 };
 
 /// The configuration launch_marlin_stream uses for `a` when given zeros, on a device of
@@ -124,7 +128,7 @@ cudaError_t launch_general(const GeneralArgs& a, cudaStream_t stream);
 
 /// The routing of one MoE forward on the device: topk_ids [M][top_k] (int32 or int64, row stride
 /// ld_ids) → the (token, slot) pairs p = m·top_k + j grouped by expert in `sorted`, and work items
-/// {expert, first sorted row, rows ≤ 16} for the Marlin kernel. Ids outside [0, E) (−1: no
+/// {expert, first sorted row, rows ≤ item_rows} for the Marlin kernel. Ids outside [0, E) (−1: no
 /// expert) are left out. Needs E ≤ kMaxRoutedExperts.
 struct RouteArgs {
   const void* ids = nullptr;
@@ -134,16 +138,18 @@ struct RouteArgs {
   int32_t top_k = 1;
   int32_t num_experts = 1;
   int32_t* sorted = nullptr;      ///< [M·top_k]
-  int4* items = nullptr;          ///< [max_items(M·top_k, E)]
+  int4* items = nullptr;          ///< [max_items(M·top_k, E, item_rows)]
   int32_t* item_count = nullptr;  ///< [1]
+  int32_t item_rows = 16;         ///< the most rows of one item, 1..16
 };
 
 /// The most experts the routing kernel sorts (its counters live in shared memory).
 constexpr int32_t kMaxRoutedExperts = 4096;
 
-/// An upper bound on the work items of `pairs` routed pairs over `experts` experts.
-constexpr int64_t max_items(int64_t pairs, int64_t experts) {
-  return (pairs < experts ? pairs : experts) + pairs / 16;
+/// An upper bound on the work items of `pairs` routed pairs over `experts` experts, items of at
+/// most `item_rows` rows.
+constexpr int64_t max_items(int64_t pairs, int64_t experts, int64_t item_rows = 16) {
+  return (pairs < experts ? pairs : experts) + pairs / item_rows;
 }
 
 /// Queue the routing.

@@ -73,6 +73,58 @@ struct LaneScales {
   }
 };
 
+// The 8 scales one lane applies per group when the weight is the MMA's A operand (the small-M
+// kernel at up to 8 rows): lane l holds output channel 8T + l / 4 of every n8 tile T, so its
+// scales are the 8 channels {8T + l / 4}. Grouped scales (scale_perm) hold them as 8 contiguous
+// values at 8 · (l / 4); per-channel ones (scale_perm_single) at stride 2 in two runs of 32.
+// 16-bit scales are loaded once per group as one register per tile pair (2j, 2j + 1) and widened
+// exactly to fp32 when applied; fp32 scales are read when applied.
+struct ChannelScales {
+  uint32_t pairs[4];
+  const float* f32 = nullptr;
+  int64_t row = 0;
+  int g = 0;
+  bool single = false;
+  bool bf16 = false;
+
+  __device__ void load(const MarlinDevice& w, const void* scales, int64_t group, int64_t n_run,
+                       int lane_g) {
+    row = group * w.N + n_run;
+    g = lane_g;
+    single = w.single_group;
+    if (w.scale_dtype == DType::f32) {
+      f32 = static_cast<const float*>(scales);
+      return;
+    }
+    bf16 = w.scale_dtype == DType::bf16;
+    const uint16_t* base = static_cast<const uint16_t*>(scales) + row;
+    if (!single) {
+      const uint4 a = __ldg(reinterpret_cast<const uint4*>(base + 8 * g));
+      pairs[0] = a.x, pairs[1] = a.y, pairs[2] = a.z, pairs[3] = a.w;
+    } else {  // tiles 0-3 in the first run of 32, 4-7 in the second; even or odd slot by g
+      const uint4 u = __ldg(reinterpret_cast<const uint4*>(base + 8 * (g / 2)));
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(base + 32 + 8 * (g / 2)));
+      const uint32_t sel = (g & 1) ? 0x7632 : 0x5410;
+      pairs[0] = __byte_perm(u.x, u.y, sel), pairs[1] = __byte_perm(u.z, u.w, sel);
+      pairs[2] = __byte_perm(v.x, v.y, sel), pairs[3] = __byte_perm(v.z, v.w, sel);
+    }
+  }
+  /// Where the scale of tile T's channel of this lane sits.
+  __device__ __forceinline__ int64_t index(int T) const {
+    return single ? row + (T >= 4 ? 32 : 0) + 8 * (g / 2) + 2 * (T & 3) + (g & 1) : row + 8 * g + T;
+  }
+  /// The scales of tiles 2j and 2j + 1 (the A rows g and g + 8 of m16 tile j), fp32 scales.
+  __device__ __forceinline__ float2 get_f32(int j) const {
+    return make_float2(__ldg(f32 + index(2 * j)), __ldg(f32 + index(2 * j + 1)));
+  }
+  /// The same for 16-bit scales (loaded per group).
+  __device__ __forceinline__ float2 get_16(int j) const {
+    const uint32_t p = pairs[j];
+    if (bf16) return make_float2(__uint_as_float(p << 16), __uint_as_float(p & 0xFFFF0000u));
+    return __half22float2(*reinterpret_cast<const __half2*>(&p));
+  }
+};
+
 // The zero operands of the lane's 8 B columns (n8 tiles T = 0..7, column lane / 4) for group g.
 template <class T, int BITS>
 __device__ __forceinline__ void load_zeros(const MarlinDevice& w, const uint32_t* zeros, int64_t g,

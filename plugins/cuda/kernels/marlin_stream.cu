@@ -5,6 +5,14 @@
 // group (so no scale is ever rounded to 16 bits), K is split over the 8 warps of a block and
 // over the blocks of a thread-block cluster, whose partial sums meet in distributed shared
 // memory — one launch, no global scratch.
+//
+// Two ways to put a tile of rows on the m16n8k16 MMA. Up to 8 rows (decode), the weight is the
+// A operand (16 output channels × 16 inputs) and the rows are B's 8 columns: a 16 × 64 slab takes
+// 4 MMAs, and a lane's group sums fit in 16 registers, so the per-group scaling stays in
+// registers. The dequantized B fragments of two adjacent n8 tiles are exactly one A fragment
+// (A rows g and g + 8 are those tiles' column g), so the Marlin layout serves both. From 9 to 16
+// rows, the rows are A (16 × 16) and the weight B: 8 MMAs per slab, the group sums flushed into
+// shared memory.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -46,12 +54,13 @@ __device__ __forceinline__ int sum_index(int warp, int row, int col) {
   return (warp * kRows + row) * kSumLd + col;
 }
 
-template <class A, int BITS, int kMinBlocks>
+template <class A, int BITS, int kMinBlocks, bool kWeightsA>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     marlin_stream_kernel(const GemmArgs a, int runs_per_block, int cluster, int window_slabs) {
   using T = MmaType<A>;
   constexpr int P = kPlanes<A>;
-  constexpr int kWordsPerLane = BITS / 4;  // uint4 per lane per slab
+  constexpr int kTile = kWeightsA ? 8 : kRows;  // rows per tile
+  constexpr int kWordsPerLane = BITS / 4;       // uint4 per lane per slab
   constexpr int kBatch = BITS == 4 ? 4 : 2;
   extern __shared__ uint4 smem[];
 
@@ -65,10 +74,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const int4 item = a.items[blockIdx.y];
     expert = item.x;
     row0 = item.y;
-    rows = item.z;
+    rows = item.z < kTile ? item.z : kTile;  // the launcher admits no larger item
   } else {
-    row0 = int64_t(blockIdx.y) * kRows;
-    rows = int(a.M - row0 < kRows ? a.M - row0 : kRows);
+    row0 = int64_t(blockIdx.y) * kTile;
+    rows = int(a.M - row0 < kTile ? a.M - row0 : kTile);
   }
   const uint32_t* qweight = w.qweight + expert * w.expert_qweight;
   const void* scales = static_cast<const char*>(w.scales) +
@@ -89,10 +98,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   float* sums = reinterpret_cast<float*>(smem);
   const int64_t ld_smem = int64_t(window_slabs) * 16 + 8;
   T* sa = reinterpret_cast<T*>(sums + kWarps * kRows * kSumLd);
-  {
+  if constexpr (!kWeightsA) {  // weights as A: each warp stores its sums once, at the end
     float4* mine = reinterpret_cast<float4*>(sums + warp * kRows * kSumLd);
     for (int i = lane; i < kRows * kSumLd / 4; i += 32) mine[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
+  // Weights as A: the lane's sums over all its slabs, (m16 tile j, i) = channel 8(2j + i / 2) + g
+  // of the run, row 2 · tq + i % 2.
+  float total[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) total[j][i] = 0.f;
 
   const int64_t slab_stride = w.N * BITS / 8;  // uint4 per slab row
   const uint4* q_lane =
@@ -103,8 +119,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const int64_t width = (we - ws) * 16, k0 = ws * 16;
     __syncthreads();  // the previous window's activations are consumed
     // Stage x[rows][k0, k0 + width) as P planes of T (f32: hi = bf16(x), lo = bf16(x − hi)).
-    // Rows past `rows` stay unset: an MMA row depends only on its own A row, and those outputs
-    // are never stored.
+    // Rows past `rows` stay unset: an output row depends only on its own activation row (an A
+    // row, or a B column with the weight as A), and those outputs are never stored.
     const bool vec = std::is_same_v<A, T> && columns == nullptr && a.ldx % 8 == 0 &&
                      reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     for (int r = 0; r < rows; ++r) {
@@ -137,14 +153,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const int s0 = int(first_slab + ws), s1 = int(end_slab + ws);
     if (s0 >= s1) continue;
 
-    float tmp[8][4];
+    // The current group's fp32 sums: 8 n8 tiles of C (rows as A), or 4 m16 tiles (weights as A).
+    constexpr int kParts = kWeightsA ? 4 : 8;
+    float tmp[kParts][4];
 #pragma unroll
-    for (int t = 0; t < 8; ++t)
+    for (int t = 0; t < kParts; ++t)
 #pragma unroll
       for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
     int group = int(device::slab_group(w, slab_groups, s0));
-    LaneScales sc;
-    sc.load(w, scales, group, n_run, tq);
+    const int g = lane / 4;
+    std::conditional_t<kWeightsA, device::ChannelScales, LaneScales> sc;
+    sc.load(w, scales, group, n_run, kWeightsA ? g : tq);
     uint32_t zop[8];
     load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
 
@@ -154,7 +173,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // (decode) 8 × (2 FFMA and one shared load and store), where a branch per tile and both row
     // halves were 2-3× that.
     float* const mine = sums + warp * kRows * kSumLd;
-    const int g = lane / 4;
     auto flush_body = [&](auto scale_of, auto lower) {
 #pragma unroll
       for (int t = 0; t < 8; ++t) {
@@ -175,9 +193,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
       }
     };
+    // Weights as A: total += tmp · scale in registers, 16 FFMA per group.
+    auto flush_a = [&](auto scale_of) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 s2 = scale_of(j);
+        total[j][0] += tmp[j][0] * s2.x;
+        total[j][1] += tmp[j][1] * s2.x;
+        total[j][2] += tmp[j][2] * s2.y;
+        total[j][3] += tmp[j][3] * s2.y;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tmp[j][i] = 0.f;
+      }
+    };
     const bool lower_rows = rows > 8;
     auto flush = [&]() {
-      if (sc.f32) {
+      if constexpr (kWeightsA) {
+        if (sc.f32)
+          flush_a([&](int j) { return sc.get_f32(j); });
+        else
+          flush_a([&](int j) { return sc.get_16(j); });
+      } else if (sc.f32) {
         flush_body([&](int t) { return sc.get_f32(t); }, std::true_type{});
       } else if (lower_rows) {
         flush_body([&](int t) { return sc.get_16(t); }, std::true_type{});
@@ -209,10 +245,38 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
               buf[u][v] = device::load_stream(q + u * slab_stride + v);
       }
     };
-    // One slab: A fragments from shared memory, the lane's words dequantized, 8 (P = 2: 16) MMAs.
+    // One slab: the activations' fragments from shared memory, the lane's words dequantized,
+    // 8 MMAs (weights as A: 4; f32 activations twice as many).
     auto compute = [&](const uint4(&words_u)[kWordsPerLane], int s) {
-      uint32_t af[P][4];
       const int kk = int(s - ws) * 16;
+      if constexpr (kWeightsA) {
+        // B: rows 0-7 × the slab's 16 inputs (lanes 0-7 address matrix 0, 8-15 matrix 1).
+        uint32_t xb[P][2];
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+          device::ldmatrix_x2(
+              xb[p], sa + p * kRows * ld_smem + (lane % 8) * ld_smem + kk + ((lane / 8) % 2) * 8);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t b0[2], b1[2];  // n8 tiles 2j and 2j + 1 as B fragments
+          if constexpr (BITS == 4) {
+            const uint32_t word = j == 0   ? words_u[0].x
+                                  : j == 1 ? words_u[0].y
+                                  : j == 2 ? words_u[0].z
+                                           : words_u[0].w;
+            device::dequant4<T>(word, zop[2 * j], zop[2 * j + 1], b0, b1);
+          } else {
+            const uint4& u = words_u[j / 2];
+            device::dequant8<T>(j % 2 ? u.z : u.x, zop[2 * j], b0);
+            device::dequant8<T>(j % 2 ? u.w : u.y, zop[2 * j + 1], b1);
+          }
+          const uint32_t wa[4] = {b0[0], b1[0], b0[1], b1[1]};
+#pragma unroll
+          for (int p = 0; p < P; ++p) device::mma<T>(wa, xb[p], tmp[j]);
+        }
+        return;
+      }
+      uint32_t af[P][4];
 #pragma unroll
       for (int p = 0; p < P; ++p)
         device::ldmatrix_x4(
@@ -245,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       flush();
       group = gn;
       next_change += w.group_slabs;
-      sc.load(w, scales, group, n_run, tq);
+      sc.load(w, scales, group, n_run, kWeightsA ? g : tq);
       load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
     };
     // The batch of slabs [sb, min(sb + kBatch, s1)), its words in `cur`.
@@ -279,6 +343,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       run_batch(buf1, sb + kBatch);
     }
     flush();
+  }
+  if constexpr (kWeightsA) {
+    float* const mine = sums + warp * kRows * kSumLd;
+    const int g = lane / 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        mine[(2 * tq + i % 2) * kSumLd + 8 * (2 * j + i / 2) + g] = total[j][i];
   }
 
   // Reduce: the KP warps of each run into the slot of warp `run`, then the cluster's blocks
@@ -323,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (cluster > 1) cl.sync();  // no block leaves while another reads its shared memory
 }
 
-template <class A, int BITS, int kMinBlocks>
+template <class A, int BITS, int kMinBlocks, bool kWeightsA>
 cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
   constexpr int P = kPlanes<A>;
   const int64_t slabs = a.w.K / 16;
@@ -331,12 +404,14 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
   const int64_t fit = (kSmemBudget / (P * kRows * 2) - 8) / 16;
   const int window = int(std::max<int64_t>(1, std::min(block_slabs, fit)));
   const size_t smem = size_t(kSumBytes) + size_t(P) * kRows * (size_t(window) * 16 + 8) * 2;
-  auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks>;
-  cudaError_t e = device::allow_shared_memory<marlin_stream_kernel<A, BITS, kMinBlocks>>(smem);
+  auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA>;
+  cudaError_t e =
+      device::allow_shared_memory<marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA>>(smem);
   if (e != cudaSuccess) return e;
   const int64_t runs = a.w.N / 64;
   const int64_t strips = (runs + c.runs_per_block - 1) / c.runs_per_block;
-  const int64_t items = a.items ? a.max_items : (a.M + kRows - 1) / kRows;
+  const int64_t tile = kWeightsA ? 8 : kRows;
+  const int64_t items = a.items ? a.max_items : (a.M + tile - 1) / tile;
   if (items == 0) return cudaSuccess;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(strips * c.cluster), unsigned(items), 1);
@@ -357,8 +432,11 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
 // block, no spills).
 template <class A, int BITS>
 cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
-  return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1>(a, c, stream)
-                              : launch_occupancy<A, BITS, 2>(a, c, stream);
+  if (c.tile_rows == 8)
+    return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1, true>(a, c, stream)
+                                : launch_occupancy<A, BITS, 2, true>(a, c, stream);
+  return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1, false>(a, c, stream)
+                              : launch_occupancy<A, BITS, 2, false>(a, c, stream);
 }
 
 }  // namespace
@@ -375,6 +453,7 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   const int64_t items = a.items ? std::max<int64_t>(1, a.max_items) : (a.M + kRows - 1) / kRows;
   c.blocks_per_sm = 2;
   c.runs_per_block = 1;
+  c.tile_rows = (a.items ? a.item_rows : a.M) <= 8 ? 8 : kRows;
   if (a.items) {
     // As many cluster ranks as keep every item's blocks within one wave of two blocks per SM:
     // rounding up instead (three ranks for a Mixtral-like down projection at decode, 384 blocks
@@ -416,11 +495,12 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
 }
 
 cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
-  constexpr int64_t kMaxItems = 65535;  // gridDim.y
-  if (a.items == nullptr && a.M > kMaxItems * kRows) {
-    for (int64_t m = 0; m < a.M; m += kMaxItems * kRows) {
+  constexpr int64_t kMaxItems = 65535;      // gridDim.y
+  constexpr int64_t kPart = kMaxItems * 8;  // rows per launch, for tiles of 8 or 16 rows
+  if (a.items == nullptr && a.M > kPart) {
+    for (int64_t m = 0; m < a.M; m += kPart) {
       GemmArgs part = a;
-      part.M = a.M - m < kMaxItems * kRows ? a.M - m : kMaxItems * kRows;
+      part.M = a.M - m < kPart ? a.M - m : kPart;
       part.x = static_cast<const char*>(a.x) + m * a.ldx * int64_t(dtype_size(a.x_dtype));
       part.y = static_cast<char*>(a.y) + m * a.ldy * int64_t(dtype_size(a.y_dtype));
       const cudaError_t e = launch_marlin_stream(part, c, stream);
@@ -437,6 +517,9 @@ cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig c, cudaStream_t
     if (c.runs_per_block == 0) c.runs_per_block = chosen.runs_per_block;
     if (c.cluster == 0) c.cluster = chosen.cluster;
   }
+  if (c.tile_rows == 0) c.tile_rows = (a.items ? a.item_rows : a.M) <= 8 ? 8 : kRows;
+  if (c.tile_rows != 8 && c.tile_rows != kRows) return cudaErrorInvalidValue;
+  if (a.items && (a.item_rows < 1 || a.item_rows > c.tile_rows)) return cudaErrorInvalidValue;
   if (c.runs_per_block != 1 && c.runs_per_block != 2 && c.runs_per_block != 4 &&
       c.runs_per_block != 8)
     return cudaErrorInvalidValue;

@@ -27,6 +27,15 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
                : "r"(a));
 }
 
+/// Two 8×8 b16 matrices from shared memory; lanes 0-15 give the addresses of their rows (lane l:
+/// row l % 8 of matrix l / 8), the other lanes' addresses are not read.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void* smem) {
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(a));
+}
+
 /// c += a · b for one m16n8k16 tile: A row-major 16×16, B column-major 16×8, fp32 accumulators.
 template <class T>
 __device__ __forceinline__ void mma(const uint32_t a[4], const uint32_t b[2], float c[4]);

@@ -1,6 +1,6 @@
 // MoE routing on the device: the (token, slot) pairs counted and grouped by expert in one block
-// (counters in shared memory), cut into work items of at most 16 rows for the Marlin kernel; and
-// the combine that sums each token's weighted expert outputs in slot order.
+// (counters in shared memory), cut into work items of at most 8 or 16 rows for the Marlin kernel;
+// and the combine that sums each token's weighted expert outputs in slot order.
 #include "element_access.cuh"
 #include "launch.hpp"
 
@@ -31,8 +31,9 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const RouteArgs a)
     int32_t offset = 0, items = 0;
     for (int e = 0; e < a.num_experts; ++e) {
       cursor[e] = offset;
-      for (int32_t r = 0; r < count[e]; r += 16)
-        a.items[items++] = make_int4(e, offset + r, count[e] - r < 16 ? count[e] - r : 16, 0);
+      const int32_t most = a.item_rows;
+      for (int32_t r = 0; r < count[e]; r += most)
+        a.items[items++] = make_int4(e, offset + r, count[e] - r < most ? count[e] - r : most, 0);
       offset += count[e];
     }
     *a.item_count = items;
@@ -62,7 +63,8 @@ __global__ void combine_kernel(const CombineArgs a) {
 }  // namespace
 
 cudaError_t launch_route(const RouteArgs& a, cudaStream_t stream) {
-  if (a.num_experts < 1 || a.num_experts > kMaxRoutedExperts || a.top_k < 1)
+  if (a.num_experts < 1 || a.num_experts > kMaxRoutedExperts || a.top_k < 1 || a.item_rows < 1 ||
+      a.item_rows > 16)
     return cudaErrorInvalidValue;
   route_kernel<<<1, kRouteThreads, 0, stream>>>(a);
   return cudaGetLastError();
