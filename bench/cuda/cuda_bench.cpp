@@ -33,7 +33,8 @@ struct Options {
   int iters = 200;
   double peak_tbs = 4.8;
   bool sweep = false, moe = true, linear = true;
-  int tile_rows = 0;  // the small-M kernel's rows per tile (8 or 16); 0: its own choice
+  int tile_rows = 0;    // the small-M kernel's rows per tile (8 or 16); 0: its own choice
+  bool overlap = true;  // the small-M kernel may start while the previous call finishes
   std::string json, plugin = std::string(NIBBLE_PLUGIN_BUILD_DIR) + "/libnibble_cuda.so";
 };
 
@@ -71,6 +72,8 @@ Options parse(int argc, char** argv) {
       o.sweep = true;
     else if (a == "--tile-rows")
       o.tile_rows = int(std::stoi(value()));
+    else if (a == "--no-overlap")
+      o.overlap = false;
     else if (a == "--no-moe")
       o.moe = false;
     else if (a == "--moe-only")
@@ -91,7 +94,7 @@ Options parse(int argc, char** argv) {
     } else {
       throw std::runtime_error(
           "unknown option " + a +
-          " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 "
+          " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 --no-overlap "
           "--no-moe --moe-only --peak-tbs T --plugin PATH)");
     }
   }
@@ -181,9 +184,10 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
       };
       const Timing tm = time_calls(o.iters, dev.stream, [&](int i) {
         a.w = view(i % copies);
-        if (o.tile_rows != 0 && !(M > 64 && tiled_takes(a))) {
+        if ((o.tile_rows != 0 || !o.overlap) && !(M > 64 && tiled_takes(a))) {
           StreamConfig c = choose_stream_config(a, dev.sms);
-          c.tile_rows = o.tile_rows;
+          if (o.tile_rows != 0) c.tile_rows = o.tile_rows;
+          c.overlap_previous = o.overlap;
           check_cuda(launch_marlin_stream(a, c, dev.stream), "launch_marlin_stream");
         } else {
           check_cuda(launch_marlin(a, dev.sms, dev.stream), "launch_marlin");

@@ -72,6 +72,10 @@ struct StreamConfig {
   /// Rows per tile: 8 (the weight is the MMA's A operand, 4 MMAs per slab) or 16 (the rows are
   /// A, 8 MMAs per slab); 0 picks 8 where no tile or item holds more rows.
   int tile_rows = 0;
+  /// Launch with programmatic stream serialization: the kernel starts while the previous kernel
+  /// on the stream finishes, loads its first weights, then waits for it before it reads the
+  /// activations (or the MoE items) and before it writes anything.
+  bool overlap_previous = true;
 };
 
 /// The configuration launch_marlin_stream uses for `a` when given zeros, on a device of

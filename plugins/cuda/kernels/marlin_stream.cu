@@ -66,10 +66,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
   const int strip = blockIdx.x / cluster, rank = blockIdx.x % cluster;
   const MarlinDevice& w = a.w;
+  // Launched with programmatic stream serialization, the next kernel on the stream may start as
+  // this one's blocks leave; it waits in device::wait_for_previous_kernel before it touches what
+  // this one writes.
+  device::allow_next_kernel();
   int expert = 0;
   int64_t row0 = 0;
   int rows = 0;
   if (a.items) {
+    device::wait_for_previous_kernel();                // the items are the routing kernel's output
     if (int64_t(blockIdx.y) >= *a.item_count) return;  // the whole cluster shares blockIdx.y
     const int4 item = a.items[blockIdx.y];
     expert = item.x;
@@ -114,6 +119,44 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const uint4* q_lane =
       reinterpret_cast<const uint4*>(qweight) + (n_run / 64) * (8 * BITS) + lane * kWordsPerLane;
 
+  // Two register buffers of kBatch slabs' words take turns (the loop below runs two batches per
+  // iteration): one is in flight while the other computes, and no words are copied between
+  // them (copying `next` into `cur` cost about 40 moves per batch).
+  uint4 buf0[kBatch][kWordsPerLane], buf1[kBatch][kWordsPerLane];
+  auto fetch = [&](uint4(&buf)[kBatch][kWordsPerLane], int first, int end) {
+    const uint4* q = q_lane + int64_t(first) * slab_stride;
+    if (first + kBatch <= end) {  // a whole batch: no per-slab checks
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+        for (int v = 0; v < kWordsPerLane; ++v)
+          buf[u][v] = device::load_stream(q + u * slab_stride + v);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (first + u < end)
+#pragma unroll
+          for (int v = 0; v < kWordsPerLane; ++v)
+            buf[u][v] = device::load_stream(q + u * slab_stride + v);
+    }
+  };
+  // The warp's slabs [s0, s1) of the window starting at slab ws.
+  auto warp_slabs = [&](int64_t ws, int& s0, int& s1) {
+    const int64_t we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
+    int64_t first_slab, end_slab;
+    split(we - ws, KP, kp, first_slab, end_slab);
+    // Slab indices in 32 bits (K / 16 < 2^31): fewer registers in the loop below.
+    s0 = int(first_slab + ws), s1 = int(end_slab + ws);
+  };
+  // The weight does not depend on earlier kernels: the first batch is on its way before this
+  // kernel waits for the previous one and stages its activations.
+  {
+    int s0, s1;
+    warp_slabs(block_begin, s0, s1);
+    if (run_valid && s0 < s1) fetch(buf0, s0, s1);
+  }
+  if (!a.items) device::wait_for_previous_kernel();
+
   for (int64_t ws = block_begin; ws < block_end; ws += window_slabs) {
     const int64_t we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
     const int64_t width = (we - ws) * 16, k0 = ws * 16;
@@ -147,10 +190,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     __syncthreads();
     if (!run_valid) continue;
-    int64_t first_slab, end_slab;
-    split(we - ws, KP, kp, first_slab, end_slab);
-    // Slab indices in 32 bits (K / 16 < 2^31): fewer registers in the loop below.
-    const int s0 = int(first_slab + ws), s1 = int(end_slab + ws);
+    int s0, s1;
+    warp_slabs(ws, s0, s1);
     if (s0 >= s1) continue;
 
     // The current group's fp32 sums: 8 n8 tiles of C (rows as A), or 4 m16 tiles (weights as A).
@@ -224,27 +265,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // Regular groups change every group_slabs slabs; act-order ones are read per slab.
     int next_change = w.group_slabs ? (group + 1) * w.group_slabs : 0;
 
-    // Two register buffers of kBatch slabs' words take turns (the loop below runs two batches per
-    // iteration): one is in flight while the other computes, and no words are copied between
-    // them (copying `next` into `cur` cost about 40 moves per batch).
-    uint4 buf0[kBatch][kWordsPerLane], buf1[kBatch][kWordsPerLane];
-    auto fetch = [&](uint4(&buf)[kBatch][kWordsPerLane], int first) {
-      const uint4* q = q_lane + int64_t(first) * slab_stride;
-      if (first + kBatch <= s1) {  // a whole batch: no per-slab checks
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u)
-#pragma unroll
-          for (int v = 0; v < kWordsPerLane; ++v)
-            buf[u][v] = device::load_stream(q + u * slab_stride + v);
-      } else {
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u)
-          if (first + u < s1)
-#pragma unroll
-            for (int v = 0; v < kWordsPerLane; ++v)
-              buf[u][v] = device::load_stream(q + u * slab_stride + v);
-      }
-    };
     // One slab: the activations' fragments from shared memory, the lane's words dequantized,
     // 8 MMAs (weights as A: 4; f32 activations twice as many).
     auto compute = [&](const uint4(&words_u)[kWordsPerLane], int s) {
@@ -274,34 +294,34 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
           for (int p = 0; p < P; ++p) device::mma<T>(wa, xb[p], tmp[j]);
         }
-        return;
-      }
-      uint32_t af[P][4];
-#pragma unroll
-      for (int p = 0; p < P; ++p)
-        device::ldmatrix_x4(
-            af[p], sa + p * kRows * ld_smem + (lane % 16) * ld_smem + kk + (lane / 16) * 8);
-      if constexpr (BITS == 4) {
-        const uint32_t words[4] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t b0[2], b1[2];
-          device::dequant4<T>(words[j], zop[2 * j], zop[2 * j + 1], b0, b1);
-#pragma unroll
-          for (int p = 0; p < P; ++p) {
-            device::mma<T>(af[p], b0, tmp[2 * j]);
-            device::mma<T>(af[p], b1, tmp[2 * j + 1]);
-          }
-        }
       } else {
-        const uint32_t words[8] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w,
-                                   words_u[1].x, words_u[1].y, words_u[1].z, words_u[1].w};
+        uint32_t af[P][4];
 #pragma unroll
-        for (int t = 0; t < 8; ++t) {
-          uint32_t b[2];
-          device::dequant8<T>(words[t], zop[t], b);
+        for (int p = 0; p < P; ++p)
+          device::ldmatrix_x4(
+              af[p], sa + p * kRows * ld_smem + (lane % 16) * ld_smem + kk + (lane / 16) * 8);
+        if constexpr (BITS == 4) {
+          const uint32_t words[4] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w};
 #pragma unroll
-          for (int p = 0; p < P; ++p) device::mma<T>(af[p], b, tmp[t]);
+          for (int j = 0; j < 4; ++j) {
+            uint32_t b0[2], b1[2];
+            device::dequant4<T>(words[j], zop[2 * j], zop[2 * j + 1], b0, b1);
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+              device::mma<T>(af[p], b0, tmp[2 * j]);
+              device::mma<T>(af[p], b1, tmp[2 * j + 1]);
+            }
+          }
+        } else {
+          const uint32_t words[8] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w,
+                                     words_u[1].x, words_u[1].y, words_u[1].z, words_u[1].w};
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            uint32_t b[2];
+            device::dequant8<T>(words[t], zop[t], b);
+#pragma unroll
+            for (int p = 0; p < P; ++p) device::mma<T>(af[p], b, tmp[t]);
+          }
         }
       }
     };
@@ -334,12 +354,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     };
 
-    fetch(buf0, s0);
+    if (ws != block_begin) fetch(buf0, s0, s1);  // the first window's is already in flight
     for (int sb = s0; sb < s1; sb += 2 * kBatch) {
-      if (sb + kBatch < s1) fetch(buf1, sb + kBatch);  // in flight while buf0 computes
+      if (sb + kBatch < s1) fetch(buf1, sb + kBatch, s1);  // in flight while buf0 computes
       run_batch(buf0, sb);
       if (sb + kBatch >= s1) break;
-      if (sb + 2 * kBatch < s1) fetch(buf0, sb + 2 * kBatch);  // in flight while buf1 computes
+      if (sb + 2 * kBatch < s1) fetch(buf0, sb + 2 * kBatch, s1);  // in flight while buf1 computes
       run_batch(buf1, sb + kBatch);
     }
     flush();
@@ -418,13 +438,20 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(c.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (c.overlap_previous) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (c.cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = unsigned(c.cluster);
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = c.cluster > 1 ? 1 : 0;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, a, c.runs_per_block, c.cluster, window);
 }
 

@@ -68,6 +68,22 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
+/// Programmatic dependent launch (sm_90): lets the next kernel on the stream, when it was
+/// launched with programmatic stream serialization, start as this kernel's blocks leave.
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/// Waits until the kernels this one may overlap have finished and their writes are visible; a
+/// no-op for a kernel launched without programmatic stream serialization.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /// Asynchronous 16-byte copy global → shared; `bytes` < 16 zero-fills the rest (0: all zeros).
 __device__ __forceinline__ void cp_async16(void* smem, const void* global, int bytes = 16) {
   const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
