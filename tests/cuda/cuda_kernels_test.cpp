@@ -3,6 +3,7 @@
 // activations, outputs prefilled with NaN. Skipped, with the probe's reason, without a GPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -157,15 +158,27 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
   EXPECT_EQ(chosen_items(4096, 28672, 2).cluster, 1);  // 448 runs · 2 items: over one wave
   EXPECT_EQ(chosen_items(14336, 4096, 8).cluster, 1);
   EXPECT_EQ(chosen_items(14336, 4096, 2).tile_rows, 16);  // items of up to 16 rows
-  {
+  // Decode items (8 rows, the weight as A) split like one tile of a layer with runs × items runs:
+  // Mixtral-like gate/up (448 runs, 2 items: 224 blocks) and down (64 runs: 128 blocks).
+  auto decode_items = [](int64_t K, int64_t N, int64_t items) {
     cuda::GemmArgs a;
-    a.w.K = 4096;
-    a.w.N = 4096;
+    a.w.K = K;
+    a.w.N = N;
     a.items = reinterpret_cast<const int4*>(&a);
-    a.max_items = 2;
+    a.max_items = items;
     a.item_rows = 8;
-    EXPECT_EQ(cuda::choose_stream_config(a, 132).tile_rows, 8);
+    return cuda::choose_stream_config(a, 132);
+  };
+  for (const auto& [K, N, R, C] :
+       {std::array<int64_t, 4>{4096, 28672, 4, 1}, std::array<int64_t, 4>{14336, 4096, 4, 4}}) {
+    const cuda::StreamConfig c = decode_items(K, N, 2);
+    EXPECT_EQ(c.tile_rows, 8) << K << "x" << N;
+    EXPECT_EQ(c.runs_per_block, R) << K << "x" << N;
+    EXPECT_EQ(c.cluster, C) << K << "x" << N;
   }
+  EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the rule before
+  // M = 4 down projection (up to 9 items): four runs per block would leave a warp 448 slabs.
+  EXPECT_EQ(decode_items(14336, 4096, 9).runs_per_block, 1);
   for (int64_t K : {16, 128, 512, 1024, 2048, 4096, 4112, 8192, 14336})
     for (int64_t N : {64, 128, 1024, 4096, 4160, 14336})
       for (int64_t M : {1, 16, 17, 300}) {

@@ -181,4 +181,10 @@ __device__ __forceinline__ void split(int64_t n, int parts, int i, int64_t& begi
   end = n * (i + 1) / parts;
 }
 
+// split() in 32-bit arithmetic, for n · parts < 2^32 (a 64-bit division is a long subroutine).
+__device__ __forceinline__ void split32(int n, int parts, int i, int& begin, int& end) {
+  begin = int(unsigned(n) * unsigned(i) / unsigned(parts));
+  end = int(unsigned(n) * unsigned(i + 1) / unsigned(parts));
+}
+
 }  // namespace nibble::cuda::device

@@ -29,7 +29,7 @@ using device::Bits16;
 using device::LaneScales;
 using device::load_act;
 using device::load_zeros;
-using device::split;
+using device::split32;
 using device::store_out;
 
 namespace {
@@ -96,8 +96,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int run = warp % R, kp = warp / R;
   const int64_t n_run = (int64_t(strip) * R + run) * 64;
   const bool run_valid = n_run < w.N;
-  int64_t block_begin, block_end;
-  split(w.K / 16, cluster, rank, block_begin, block_end);
+  // Slab indices in 32 bits (K / 16 < 2^27), split without 64-bit division.
+  int block_begin, block_end;
+  split32(int(w.K / 16), cluster, rank, block_begin, block_end);
 
   // Shared memory: the warps' fp32 sums, then the staged activations of one window of K.
   float* sums = reinterpret_cast<float*>(smem);
@@ -141,12 +142,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   };
   // The warp's slabs [s0, s1) of the window starting at slab ws.
-  auto warp_slabs = [&](int64_t ws, int& s0, int& s1) {
-    const int64_t we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
-    int64_t first_slab, end_slab;
-    split(we - ws, KP, kp, first_slab, end_slab);
-    // Slab indices in 32 bits (K / 16 < 2^31): fewer registers in the loop below.
-    s0 = int(first_slab + ws), s1 = int(end_slab + ws);
+  auto warp_slabs = [&](int ws, int& s0, int& s1) {
+    const int we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
+    split32(we - ws, KP, kp, s0, s1);
+    s0 += ws, s1 += ws;
   };
   // The weight does not depend on earlier kernels: the first batch is on its way before this
   // kernel waits for the previous one and stages its activations.
@@ -157,9 +156,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   if (!a.items) device::wait_for_previous_kernel();
 
-  for (int64_t ws = block_begin; ws < block_end; ws += window_slabs) {
-    const int64_t we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
-    const int64_t width = (we - ws) * 16, k0 = ws * 16;
+  for (int ws = block_begin; ws < block_end; ws += window_slabs) {
+    const int we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
+    const int64_t width = int64_t(we - ws) * 16, k0 = int64_t(ws) * 16;
     __syncthreads();  // the previous window's activations are consumed
     // Stage x[rows][k0, k0 + width) as P planes of T (f32: hi = bf16(x), lo = bf16(x − hi)).
     // Rows past `rows` stay unset: an output row depends only on its own activation row (an A
@@ -379,22 +378,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   __syncthreads();
   const int outputs = R * rows * 64;  // rows past `rows` are never stored
   for (int e = threadIdx.x; e < outputs; e += kThreads) {
-    const int r = e / (rows * 64), row = (e / 64) % rows, col = e % 64;
+    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
     float v = 0.f;
     for (int k = 0; k < KP; ++k) v += sums[sum_index(k * R + r, row, col)];
     sums[sum_index(r, row, col)] = v;  // read above by this thread only
   }
-  int64_t first = 0, last = outputs;
+  int first = 0, last = outputs;
   cg::cluster_group cl = cg::this_cluster();
   if (cluster > 1) {
     cl.sync();
-    split(outputs, cluster, rank, first, last);
+    split32(outputs, cluster, rank, first, last);
   } else {
     __syncthreads();
   }
   const bool swiglu = a.epilogue == Epilogue::swiglu;
-  for (int64_t e = first + threadIdx.x; e < last; e += kThreads) {
-    const int r = int(e / (rows * 64)), row = int(e / 64) % rows, col = int(e % 64);
+  for (int e = first + threadIdx.x; e < last; e += kThreads) {
+    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
     const int64_t n = (int64_t(strip) * R + r) * 64 + col;
     if (n >= w.N || (swiglu && col >= 32)) continue;
     float v = 0.f, up = 0.f;
@@ -481,7 +480,30 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   c.blocks_per_sm = 2;
   c.runs_per_block = 1;
   c.tile_rows = (a.items ? a.item_rows : a.M) <= 8 ? 8 : kRows;
+  // The splits of one tile of rows on a large layer: about one to two blocks per SM (every
+  // block of every item counted), four adjacent runs per block where that fits. `longest`
+  // bounds the slabs one warp streams.
+  auto one_wave = [&](int64_t tiles, int64_t longest) {
+    const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * 7 / 4;
+    for (int R : {4, 2, 1})
+      for (int C : {1, 2, 4, 8}) {
+        const int64_t blocks = (runs + R - 1) / R * C * tiles;
+        if (blocks >= low && blocks <= high && slabs * R >= int64_t(C) * kWarps * 2 &&
+            slabs * R <= longest * C * kWarps) {
+          c.runs_per_block = R;
+          c.cluster = C;
+          return true;
+        }
+      }
+    return false;
+  };
   if (a.items) {
+    // Decode items (8 rows) split as one tile of a layer with runs × items runs, each warp
+    // streaming at most 128 slabs: for a Mixtral-like gate/up at M = 1 (448 runs, 2 items)
+    // four runs per block and no cluster, 224 blocks in one wave where one run per block made
+    // 896 in 3.4 waves. Its down projection at M = 4 (64 runs, up to 9 items) would get 448
+    // slabs per warp and was 2 % slower so than with the rule below.
+    if (c.tile_rows == 8 && one_wave(items, 128)) return c;
     // As many cluster ranks as keep every item's blocks within one wave of two blocks per SM:
     // rounding up instead (three ranks for a Mixtral-like down projection at decode, 384 blocks
     // on 264 places) left a second wave a third full.
@@ -505,18 +527,8 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
       c.cluster *= 2;
     return c;
   }
-  if (items == 1) {
-    const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * 7 / 4;
-    for (int R : {4, 2, 1})
-      for (int C : {1, 2, 4, 8}) {
-        const int64_t blocks = (runs + R - 1) / R * C;
-        if (blocks >= low && blocks <= high && slabs * R >= int64_t(C) * kWarps * 2) {
-          c.runs_per_block = R;
-          c.cluster = C;
-          return c;
-        }
-      }
-  }
+  if (items == 1 && one_wave(1, slabs)) return c;
+  c.runs_per_block = 1;
   c.cluster = slabs >= 2 * 2 * kWarps ? 2 : 1;
   return c;
 }
@@ -552,6 +564,7 @@ cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig c, cudaStream_t
     return cudaErrorInvalidValue;
   if (c.cluster < 1 || c.cluster > kMaxCluster) return cudaErrorInvalidValue;
   if (a.w.K % 16 != 0 || a.w.N % 64 != 0) return cudaErrorInvalidValue;
+  if (a.w.K / 16 >= (int64_t(1) << 27)) return cudaErrorInvalidValue;  // 32-bit slab indices
   const bool four = a.w.bits == 4;
   if (a.w.bits != 4 && a.w.bits != 8) return cudaErrorInvalidValue;
   switch (a.x_dtype) {
