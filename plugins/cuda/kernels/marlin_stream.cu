@@ -70,6 +70,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // this one's blocks leave; it waits in device::wait_for_previous_kernel before it touches what
   // this one writes.
   device::allow_next_kernel();
+  // The push reduction below writes into other blocks' shared memory before any cluster-wide
+  // sync: this arrival, waited for just before it, makes sure every block has started.
+  const bool push_reduction = kWeightsA && cluster > 1;
+  if (push_reduction) device::cluster_arrive();
   int expert = 0;
   int64_t row0 = 0;
   int rows = 0;
@@ -373,36 +377,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         mine[(2 * tq + i % 2) * kSumLd + 8 * (2 * j + i / 2) + g] = total[j][i];
   }
 
-  // Reduce: the KP warps of each run into the slot of warp `run`, then the cluster's blocks
-  // through distributed shared memory, each rank finishing a share of the outputs.
+  // Reduce: the KP warps of each run, then the cluster's blocks through distributed shared
+  // memory, each rank finishing a share of the outputs, summed over the ranks in rank order.
   __syncthreads();
   const int outputs = R * rows * 64;  // rows past `rows` are never stored
-  for (int e = threadIdx.x; e < outputs; e += kThreads) {
-    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
-    float v = 0.f;
-    for (int k = 0; k < KP; ++k) v += sums[sum_index(k * R + r, row, col)];
-    sums[sum_index(r, row, col)] = v;  // read above by this thread only
-  }
-  int first = 0, last = outputs;
-  cg::cluster_group cl = cg::this_cluster();
-  if (cluster > 1) {
-    cl.sync();
-    split32(outputs, cluster, rank, first, last);
-  } else {
-    __syncthreads();
-  }
   const bool swiglu = a.epilogue == Epilogue::swiglu;
-  for (int e = first + threadIdx.x; e < last; e += kThreads) {
+  // Output e (run r, row, column col) with its sum v and, for swiglu, the sum of its up column.
+  auto finish = [&](int e, float v, float up) {
     const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
     const int64_t n = (int64_t(strip) * R + r) * 64 + col;
-    if (n >= w.N || (swiglu && col >= 32)) continue;
-    float v = 0.f, up = 0.f;
-    const int at = sum_index(r, row, col), at_up = swiglu ? sum_index(r, row, col + 32) : 0;
-    for (int q = 0; q < cluster; ++q) {
-      const float* src = cluster > 1 ? cl.map_shared_rank(sums, q) : sums;
-      v += src[at];
-      if (swiglu) up += src[at_up];
-    }
     const int64_t out_row = a.y_by_pair ? a.sorted[row0 + row] : row0 + row;
     if (swiglu) {
       const int64_t i = (int64_t(strip) * R + r) * 32 + col;
@@ -411,6 +394,67 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (a.bias) v += a.bias[n];
       store_out(a.y, out_row * a.ldy + n, a.y_dtype, v);
     }
+  };
+  auto warps_sum = [&](int e) {
+    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
+    float v = 0.f;
+    for (int k = 0; k < KP; ++k) v += sums[sum_index(k * R + r, row, col)];
+    return v;
+  };
+  auto stored = [&](int e) {  // whether output e is written (its run exists, not an up column)
+    const int r = (e >> 6) / rows, col = e & 63;
+    return (int64_t(strip) * R + r) * 64 + col < w.N && !(swiglu && col >= 32);
+  };
+  cg::cluster_group cl = cg::this_cluster();
+  if constexpr (kWeightsA) {
+    if (push_reduction) {
+      // Up to 8 rows, rows 8-15 of every warp's sums are free from the start: each rank pushes
+      // its sums into an inbox there at the owner of each output, in whole rows of 64 (a
+      // swiglu output and its up column stay together), and after one cluster barrier reads
+      // only its own memory — no rank waits for the others' reads before it leaves.
+      const int units = outputs / 64, per = (units + cluster - 1) / cluster, span = per * 64;
+      auto inbox = [&](int i) { return (i / 576) * (kRows * kSumLd) + 8 * kSumLd + i % 576; };
+      device::cluster_wait();
+      for (int e = threadIdx.x; e < outputs; e += kThreads) {
+        const int q = (e >> 6) / per;
+        cl.map_shared_rank(sums, q)[inbox(rank * span + e - q * span)] = warps_sum(e);
+      }
+      cl.sync();
+      const int first = rank * span, last = std::min(outputs, first + span);
+      for (int e = first + threadIdx.x; e < last; e += kThreads) {
+        if (!stored(e)) continue;
+        float v = 0.f, up = 0.f;
+        for (int q = 0; q < cluster; ++q) {
+          v += sums[inbox(q * span + e - first)];
+          if (swiglu) up += sums[inbox(q * span + e - first + 32)];
+        }
+        finish(e, v, up);
+      }
+      return;
+    }
+  }
+  for (int e = threadIdx.x; e < outputs; e += kThreads) {
+    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
+    sums[sum_index(r, row, col)] = warps_sum(e);  // read above by this thread only
+  }
+  int first = 0, last = outputs;
+  if (cluster > 1) {
+    cl.sync();
+    split32(outputs, cluster, rank, first, last);
+  } else {
+    __syncthreads();
+  }
+  for (int e = first + threadIdx.x; e < last; e += kThreads) {
+    if (!stored(e)) continue;
+    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
+    float v = 0.f, up = 0.f;
+    const int at = sum_index(r, row, col), at_up = swiglu ? sum_index(r, row, col + 32) : 0;
+    for (int q = 0; q < cluster; ++q) {
+      const float* src = cluster > 1 ? cl.map_shared_rank(sums, q) : sums;
+      v += src[at];
+      if (swiglu) up += src[at_up];
+    }
+    finish(e, v, up);
   }
   if (cluster > 1) cl.sync();  // no block leaves while another reads its shared memory
 }

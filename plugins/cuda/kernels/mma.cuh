@@ -84,6 +84,16 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 #endif
 }
 
+/// This thread's arrival at the cluster barrier, without waiting (no memory ordering).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+
+/// Waits until every thread of the cluster has arrived at the current barrier phase.
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
 /// Asynchronous 16-byte copy global → shared; `bytes` < 16 zero-fills the rest (0: all zeros).
 __device__ __forceinline__ void cp_async16(void* smem, const void* global, int bytes = 16) {
   const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
