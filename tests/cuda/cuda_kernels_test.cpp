@@ -259,6 +259,61 @@ TEST(CudaMarlinStream, EverySplitConfiguration) {
   }
 }
 
+// Two layers back to back on one stream, the first's output the second's input: launched with
+// programmatic stream serialization the second starts while the first runs and must still read
+// the first's output, not the NaN it overwrote. Its bytes equal those of the same chain with the
+// device waited for between the layers.
+TEST(CudaMarlinStream, AChainedLayerReadsItsInputAfterThePreviousKernel) {
+  NIBBLE_REQUIRE_GPU();
+  const DLDataType bf16 = sdk::dtype_bf16();
+  const QuantSpec s1 = spec(4096, 1024, 4, 128, true, false, sdk::dtype_f16(), 41),
+                  s2 = spec(1024, 512, 4, 128, true, false, sdk::dtype_f16(), 42);
+  const CanonicalWeight w1 = random_weight(s1), w2 = random_weight(s2);
+  const nibble_canonical_weight c1 = w1.view(), c2 = w2.view();
+  const cuda::MarlinStack l1(0, 1, cuda::pack_marlin(sdk::QuantWeight(c1, "w1"), false, "w1"));
+  const cuda::MarlinStack l2(0, 1, cuda::pack_marlin(sdk::QuantWeight(c2, "w2"), false, "w2"));
+  for (int64_t M : {1, 5}) {
+    const Activations x = random_activations(M, s1.K, bf16, 43);
+    DeviceArray dx(x.bytes);
+    std::vector<uint8_t> nan_h(size_t(M * s1.N) * 2), nan_y(size_t(M * s2.N) * 2);
+    poison(nan_h, bf16);
+    poison(nan_y, bf16);
+    DeviceArray dh(nan_h), dy(nan_y);
+    auto args = [&](const cuda::MarlinStack& l, const void* in, int64_t K, void* out, int64_t N) {
+      cuda::GemmArgs a;
+      a.w = l.view();
+      a.x = in;
+      a.ldx = K;
+      a.x_dtype = cuda::DType::bf16;
+      a.y = out;
+      a.ldy = N;
+      a.y_dtype = cuda::DType::bf16;
+      a.M = M;
+      return a;
+    };
+    const cuda::GemmArgs a1 = args(l1, dx.get(), s1.K, dh.get(), s1.N),
+                         a2 = args(l2, dh.get(), s2.K, dy.get(), s2.N);
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    auto chain = [&](bool wait_between) {
+      cuda_ok(cudaMemcpy(dh.get(), nan_h.data(), nan_h.size(), cudaMemcpyHostToDevice), "poison");
+      cuda_ok(cudaMemcpy(dy.get(), nan_y.data(), nan_y.size(), cudaMemcpyHostToDevice), "poison");
+      cuda_ok(cuda::launch_marlin_stream(a1, {}, stream), "layer 1");
+      if (wait_between) cuda_ok(cudaStreamSynchronize(stream), "between the layers");
+      cuda_ok(cuda::launch_marlin_stream(a2, {}, stream), "layer 2");
+      cuda_ok(cudaStreamSynchronize(stream), "after the chain");
+      return dy.download();
+    };
+    const std::vector<uint8_t> apart = chain(true);
+    size_t non_finite = 0;
+    read_output(apart, bf16, size_t(M * s2.N), &non_finite);
+    EXPECT_EQ(non_finite, 0u) << "M" << M;
+    for (int round = 0; round < 20; ++round)
+      ASSERT_EQ(chain(false), apart) << "M" << M << ", round " << round;
+    cudaStreamDestroy(stream);
+  }
+}
+
 TEST(CudaMarlinStream, WindowsOfK) {
   NIBBLE_REQUIRE_GPU();
   // One block per strip: K is staged in several windows of shared memory.

@@ -1,8 +1,9 @@
 // The cuda plugin's fused MoE through its C ABI, with device tensors from the plugin's own device
 // memory: random experts (symmetric, asymmetric, 8-bit, act-order, per-channel w2), routings with
 // dropped slots, int32 and int64 ids, f32 and bf16 routing weights, ids outside [-1, E) (skipped
-// on the device), against the float64 reference; then the upstream-packed fixtures (two linear
-// layers and an MoE block) through the linear and MoE kernels. Skipped without a GPU.
+// on the device), decode batches whose projections split K over a cluster, against the float64
+// reference; then the upstream-packed fixtures (two linear layers and an MoE block) through the
+// linear and MoE kernels. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <nibble/checkpoint.hpp>
 #include <nibble/conformance/fixture_tensors.hpp>
@@ -10,9 +11,11 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernel_runs.hpp"
+#include "launch.hpp"
 #include "plugin_device.hpp"
 
 namespace nibble::test {
@@ -79,11 +82,11 @@ TEST(CudaPluginMoe, RandomExpertsAndRoutings) {
   run_moe_case({8, 32, 128, false, false, 5});
 }
 
-// The MoE of E random experts (K 256, I 128, 4-bit g128) on M bf16 tokens routed by `routing`
-// (ids as the kernel reads them) against float64 on `as_seen` (the ids it must act on).
+// The MoE of E random experts (K × I, 4-bit g128) on M bf16 tokens routed by `routing` (ids as
+// the kernel reads them) against float64 on `as_seen` (the ids it must act on).
 void expect_routed_moe(int E, int top_k, int64_t M, uint32_t seed, const Routing& routing,
-                       const Routing& as_seen) {
-  const TestExperts ex = random_experts(E, 256, 128, 4, 128, 128, true, false, seed);
+                       const Routing& as_seen, int64_t K = 256, int64_t I = 128) {
+  const TestExperts ex = random_experts(E, K, I, 4, 128, 128, true, false, seed);
   const nibble_layer_desc d = on_cuda(moe_desc(ex, top_k));
   const std::unique_ptr<PreparedLayer> p = prepare_moe(cuda_plugin().kernel("moe_marlin"), d, ex);
   const Activations x = random_activations(M, ex.K, sdk::dtype_bf16(), seed + 1);
@@ -119,6 +122,29 @@ TEST(CudaPluginMoe, AnExpertNamedTwiceByEveryToken) {
   Routing routing = random_routing(M, top_k, E, 0.0, true, sdk::dtype_f32(), 6);
   for (auto& id : routing.ids) id = 3;
   expect_routed_moe(E, top_k, M, 11, routing, routing);
+}
+
+// Decode batches on experts large enough that both projections split K over a cluster of
+// blocks: the reduction whose ranks push their sums into each other's shared memory, with the
+// swiglu epilogue (gate/up) and without (down).
+TEST(CudaPluginMoe, ClusteredProjectionsAtDecode) {
+  const int64_t K = 2048, I = 1024;
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{K, 2 * I}, {I, K}}) {
+    cuda::GemmArgs a;  // what the plugin asks the split rule for at M = 1, top-2
+    a.w.K = k;
+    a.w.N = n;
+    a.items = reinterpret_cast<const int4*>(&a);
+    a.max_items = 2;
+    a.item_rows = 8;
+    ASSERT_GT(cuda::choose_stream_config(a, 132).cluster, 1) << k << "x" << n;
+  }
+  NIBBLE_REQUIRE_GPU();
+  const int E = 8, top_k = 2;
+  for (int64_t M : {1, 3}) {
+    const Routing routing =
+        random_routing(M, top_k, E, 0.0, false, sdk::dtype_f32(), uint32_t(M) + 20);
+    expect_routed_moe(E, top_k, M, 13, routing, routing, K, I);
+  }
 }
 
 std::string fixture(const std::string& name) {

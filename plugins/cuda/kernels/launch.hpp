@@ -56,7 +56,9 @@ struct GemmArgs {
   const int4* items = nullptr;
   const int32_t* item_count = nullptr;
   int64_t max_items = 0;
-  int32_t item_rows = 16;           ///< the most rows of any item (RouteArgs::item_rows)
+  /// The most rows of any item: the RouteArgs::item_rows the items were cut with (the kernel
+  /// finishes at most tile_rows rows of an item, and the launcher refuses more than that).
+  int32_t item_rows = 16;
   const int32_t* sorted = nullptr;  ///< sorted row r is the (token, slot) pair sorted[r]
   int32_t top_k = 1;
   bool x_by_token = false;  ///< row r reads x row sorted[r] / top_k (else x row r)
@@ -82,8 +84,8 @@ struct StreamConfig {
 /// `sm_count` multiprocessors.
 StreamConfig choose_stream_config(const GemmArgs& a, int sm_count);
 
-/// Queue the small-M Marlin kernel (rows in tiles of 16, tensor cores, split K reduced across a
-/// thread-block cluster). Activations f16, bf16 or f32 (split into two bf16 terms).
+/// Queue the small-M Marlin kernel (rows in tiles of 8 or 16, tensor cores, split K reduced across
+/// a thread-block cluster). Activations f16, bf16 or f32 (split into two bf16 terms).
 cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig config, cudaStream_t stream);
 
 /// Blocks per cluster (1..4) along K the tiled kernel uses for `a` on `sm_count` multiprocessors.

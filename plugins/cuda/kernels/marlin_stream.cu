@@ -50,6 +50,9 @@ constexpr int kPlanes = std::is_same_v<A, float> ? 2 : 1;
 // A warp's fp32 sums in shared memory: [warp][16 rows][kSumLd], a row padded so that the lanes'
 // (row, column pair) stores of a flush fall on distinct banks.
 constexpr int kSumLd = 72;
+// The push reduction's inbox (rows 8-15 of every warp's sums, tiles of 8 rows) holds each rank's
+// share of R · 8 · 64 outputs, rounded up to whole runs of 64 per rank, from every rank.
+static_assert((kWarps * 8 + kMaxCluster - 1) * 64 <= kWarps * 8 * kSumLd, "inbox too small");
 __device__ __forceinline__ int sum_index(int warp, int row, int col) {
   return (warp * kRows + row) * kSumLd + col;
 }
@@ -66,9 +69,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
   const int strip = blockIdx.x / cluster, rank = blockIdx.x % cluster;
   const MarlinDevice& w = a.w;
-  // Launched with programmatic stream serialization, the next kernel on the stream may start as
-  // this one's blocks leave; it waits in device::wait_for_previous_kernel before it touches what
-  // this one writes.
+  // Launched with programmatic stream serialization, the next kernel on the stream may be
+  // launched once every block of this one has started, and its blocks take SMs as this one's
+  // leave; it waits in device::wait_for_previous_kernel before it touches what this one writes.
   device::allow_next_kernel();
   // The push reduction below writes into other blocks' shared memory before any cluster-wide
   // sync: this arrival, waited for just before it, makes sure every block has started.
@@ -413,7 +416,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       // swiglu output and its up column stay together), and after one cluster barrier reads
       // only its own memory — no rank waits for the others' reads before it leaves.
       const int units = outputs / 64, per = (units + cluster - 1) / cluster, span = per * 64;
-      auto inbox = [&](int i) { return (i / 576) * (kRows * kSumLd) + 8 * kSumLd + i % 576; };
+      constexpr int kBox = 8 * kSumLd;  // one warp's rows 8-15
+      auto inbox = [&](int i) { return (i / kBox) * (kRows * kSumLd) + kBox + i % kBox; };
       device::cluster_wait();
       for (int e = threadIdx.x; e < outputs; e += kThreads) {
         const int q = (e >> 6) / per;

@@ -86,12 +86,16 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 
 /// This thread's arrival at the cluster barrier, without waiting (no memory ordering).
 __device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
 }
 
 /// Waits until every thread of the cluster has arrived at the current barrier phase.
 __device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
 }
 
 /// Asynchronous 16-byte copy global → shared; `bytes` < 16 zero-fills the rest (0: all zeros).
