@@ -35,10 +35,14 @@ class DeviceArray {
  public:
   DeviceArray() = default;
   explicit DeviceArray(size_t bytes) : bytes_(bytes) {
-    if (bytes) EXPECT_EQ(cudaMalloc(&p_, bytes), cudaSuccess);
+    if (bytes) {
+      EXPECT_EQ(cudaMalloc(&p_, bytes), cudaSuccess);
+    }
   }
   DeviceArray(const void* host, size_t bytes) : DeviceArray(bytes) {
-    if (bytes) EXPECT_EQ(cudaMemcpy(p_, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    if (bytes) {
+      EXPECT_EQ(cudaMemcpy(p_, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    }
   }
   template <class T>
   explicit DeviceArray(const std::vector<T>& v) : DeviceArray(v.data(), v.size() * sizeof(T)) {}
@@ -60,7 +64,9 @@ class DeviceArray {
   std::vector<uint8_t> download() const {
     std::vector<uint8_t> out(bytes_);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (bytes_) EXPECT_EQ(cudaMemcpy(out.data(), p_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (bytes_) {
+      EXPECT_EQ(cudaMemcpy(out.data(), p_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
     return out;
   }
 

@@ -24,7 +24,7 @@ using device::store_out;
 
 namespace {
 
-constexpr int kWarps = 8, kThreads = 256;
+constexpr int kThreads = 256;  // 8 warps
 constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 4;
 constexpr int kSlabs = kBK / 16;  // slabs per stage
 constexpr int kWarpRows = 32;     // rows per warp (two m16 tiles)
