@@ -279,6 +279,10 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"device", dev.name},       {"sms", dev.sms},
                           {"l2_bytes", dev.l2_bytes}, {"nominal_peak_tbs", o.peak_tbs},
                           {"copy_tbs", dev.copy_tbs}, {"iters", o.iters}};
+    // What the small-M kernel was told, so that an A/B run's files say which arm they are.
+    out["tile_rows"] = o.tile_rows;  // 0: the kernel's own choice
+    out["overlap_previous"] = o.overlap;
+    out["plugin"] = o.plugin;
     std::printf("%s, %d SMs, L2 %.0f MB; device-to-device copy %.2f TB/s (nominal peak %.1f)\n",
                 dev.name.c_str(), dev.sms, dev.l2_bytes / 1e6, dev.copy_tbs, o.peak_tbs);
     cublasHandle_t blas = nullptr;
