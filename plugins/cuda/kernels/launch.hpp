@@ -65,6 +65,10 @@ struct GemmArgs {
   bool y_by_pair = false;   ///< row r writes y row sorted[r] (else y row r)
 };
 
+/// The small-M kernel's shape: warps per block, rows per tile with the rows as the MMA's A
+/// operand (8 with the weight as A), and the largest cluster of blocks splitting K.
+constexpr int kStreamWarps = 8, kStreamRows = 16, kStreamMaxCluster = 8;
+
 /// How the small-M kernel splits the work: 64-column runs per block and blocks per cluster
 /// along K (1..8); 0 picks from the shape and the device.
 struct StreamConfig {

@@ -1,0 +1,83 @@
+// The small-M Marlin kernel's split rule, host code: how many 64-column runs a block takes, how
+// many blocks of a cluster split K, which register budget and which tile of rows, chosen from
+// the layer's shape and the device's multiprocessor count as H200 sweeps measured best.
+#include <algorithm>
+#include <cstdint>
+
+#include "launch.hpp"
+
+namespace nibble::cuda {
+
+namespace {
+constexpr int kWarps = kStreamWarps;
+constexpr int kRows = kStreamRows;
+constexpr int kMaxCluster = kStreamMaxCluster;
+}  // namespace
+
+// The splits measured best on an H200 (docs/cuda.md, "Choosing the split"): one tile of rows
+// wants about one to two blocks per SM, each block over four adjacent runs (their words are
+// contiguous, which DRAM streams best) and K split over a power-of-two cluster, except where K
+// and N are at most 4096 (one run per block on the 255-register budget, below); several tiles of
+// rows share the weight through L2 and want one run per block and clusters of two. MoE items are
+// different experts and keep the split they were measured with.
+StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
+  StreamConfig c;
+  const int64_t runs = a.w.N / 64, slabs = a.w.K / 16;
+  const int64_t items = a.items ? std::max<int64_t>(1, a.max_items) : (a.M + kRows - 1) / kRows;
+  c.blocks_per_sm = 2;
+  c.runs_per_block = 1;
+  c.tile_rows = (a.items ? a.item_rows : a.M) <= 8 ? 8 : kRows;
+  // The splits of one tile of rows on a large layer: about one to two blocks per SM (every
+  // block of every item counted), four adjacent runs per block where that fits. `longest`
+  // bounds the slabs one warp streams.
+  auto one_wave = [&](int64_t tiles, int64_t longest) {
+    const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * 7 / 4;
+    for (int R : {4, 2, 1})
+      for (int C : {1, 2, 4, 8}) {
+        const int64_t blocks = (runs + R - 1) / R * C * tiles;
+        if (blocks >= low && blocks <= high && slabs * R >= int64_t(C) * kWarps * 2 &&
+            slabs * R <= longest * C * kWarps) {
+          c.runs_per_block = R;
+          c.cluster = C;
+          return true;
+        }
+      }
+    return false;
+  };
+  if (a.items) {
+    // Decode items (8 rows) split as one tile of a layer with runs × items runs, each warp
+    // streaming at most 128 slabs: for a Mixtral-like gate/up at M = 1 (448 runs, 2 items)
+    // four runs per block and no cluster, 224 blocks in one wave where one run per block made
+    // 896 in 3.4 waves. Its down projection at M = 4 (64 runs, up to 9 items) would get 448
+    // slabs per warp and was 2 % slower so than with the rule below.
+    if (c.tile_rows == 8 && one_wave(items, 128)) return c;
+    // As many cluster ranks as keep every item's blocks within one wave of two blocks per SM:
+    // rounding up instead (three ranks for a Mixtral-like down projection at decode, 384 blocks
+    // on 264 places) left a second wave a third full.
+    const int64_t want =
+        std::max<int64_t>(1, 2 * int64_t(sm_count) / std::max<int64_t>(1, runs * items));
+    const int64_t most = std::max<int64_t>(1, slabs / (2 * kWarps));
+    c.cluster = int(std::clamp<int64_t>(std::min(want, most), 1, kMaxCluster));
+    return c;
+  }
+  if (items == 1 && slabs <= 256 && runs <= 64) {
+    // K and N up to 4096: one run per block (all 8 warps on it, the 255-register budget) and
+    // the largest cluster that leaves each warp at least 8 slabs and one block per SM. H200
+    // sweeps (docs/cuda.md, "Choosing the split"): 2048×2048, 4096×4096, 1024×4096 and
+    // 4096×1024 at M = 1-16 run fastest so; 4096×4096 M = 1 11.7 µs against 14.3 with four runs
+    // over a cluster of 8, M = 16 17.2 against 23.8.
+    c.runs_per_block = 1;
+    c.blocks_per_sm = 1;
+    c.cluster = 1;
+    while (c.cluster < kMaxCluster && slabs >= int64_t(2 * c.cluster) * 8 * kWarps &&
+           runs * 2 * c.cluster <= int64_t(sm_count))
+      c.cluster *= 2;
+    return c;
+  }
+  if (items == 1 && one_wave(1, slabs)) return c;
+  c.runs_per_block = 1;
+  c.cluster = slabs >= 2 * 2 * kWarps ? 2 : 1;
+  return c;
+}
+
+}  // namespace nibble::cuda
