@@ -69,7 +69,8 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 }
 
 /// Programmatic dependent launch (sm_90): lets the next kernel on the stream, when it was
-/// launched with programmatic stream serialization, start as this kernel's blocks leave.
+/// launched with programmatic stream serialization, be launched before this one has finished
+/// (once every block of this one has called this or exited).
 __device__ __forceinline__ void allow_next_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
