@@ -179,6 +179,8 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
   EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the rule before
   // M = 4 down projection (up to 9 items): four runs per block would leave a warp 448 slabs.
   EXPECT_EQ(decode_items(14336, 4096, 9).runs_per_block, 1);
+  // Experts of two runs (N = 128) and many items: no block takes more runs than there are.
+  EXPECT_LE(decode_items(2048, 128, 63).runs_per_block, 2);
   for (int64_t K : {16, 128, 512, 1024, 2048, 4096, 4112, 8192, 14336})
     for (int64_t N : {64, 128, 1024, 4096, 4160, 14336})
       for (int64_t M : {1, 16, 17, 300}) {

@@ -32,7 +32,8 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   // bounds the slabs one warp streams.
   auto one_wave = [&](int64_t tiles, int64_t longest) {
     const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * 7 / 4;
-    for (int R : {4, 2, 1})
+    for (int R : {4, 2, 1}) {
+      if (R > runs && R > 1) continue;  // a block's warps on runs that do not exist
       for (int C : {1, 2, 4, 8}) {
         const int64_t blocks = (runs + R - 1) / R * C * tiles;
         if (blocks >= low && blocks <= high && slabs * R >= int64_t(C) * kWarps * 2 &&
@@ -42,6 +43,7 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
           return true;
         }
       }
+    }
     return false;
   };
   if (a.items) {
