@@ -33,6 +33,7 @@ struct Options {
   int iters = 200;
   double peak_tbs = 4.8;
   bool sweep = false, moe = true, linear = true;
+  MoeBenchShape moe_shape;
   int tile_rows = 0;    // the small-M kernel's rows per tile (8 or 16); 0: its own choice
   bool overlap = true;  // the small-M kernel may start while the previous call finishes
   std::string json, plugin = std::string(NIBBLE_PLUGIN_BUILD_DIR) + "/libnibble_cuda.so";
@@ -74,7 +75,15 @@ Options parse(int argc, char** argv) {
       o.tile_rows = int(std::stoi(value()));
     else if (a == "--no-overlap")
       o.overlap = false;
-    else if (a == "--no-moe")
+    else if (a == "--moe-shape") {
+      const std::vector<int64_t> v = int_list(value());
+      if (v.size() != 4 || v[0] < 1 || v[0] > 4096 || v[1] < 1 || v[1] > v[0] || v[2] < 1 ||
+          v[3] < 1)
+        throw std::runtime_error(
+            "--moe-shape takes experts,top_k,K,I with 1 <= top_k <= experts <= 4096 (e.g. "
+            "128,8,2048,768)");
+      o.moe_shape = {int(v[0]), int(v[1]), v[2], v[3]};
+    } else if (a == "--no-moe")
       o.moe = false;
     else if (a == "--moe-only")
       o.linear = false;
@@ -95,7 +104,7 @@ Options parse(int argc, char** argv) {
       throw std::runtime_error(
           "unknown option " + a +
           " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 --no-overlap "
-          "--no-moe --moe-only --peak-tbs T --plugin PATH)");
+          "--no-moe --moe-only --moe-shape E,TOPK,K,I --peak-tbs T --plugin PATH)");
     }
   }
   return o;
@@ -289,7 +298,13 @@ int main(int argc, char** argv) {
     check_blas(cublasCreate(&blas), "cublasCreate");
     check_blas(cublasSetStream(blas, dev.stream), "cublasSetStream");
     if (o.linear) out["linear"] = run_linear(o, dev, blas);
-    if (o.moe) out["moe"] = run_moe(o.plugin, o.iters, o.peak_tbs, dev);
+    if (o.moe) {
+      out["moe"] = run_moe(o.plugin, o.iters, o.peak_tbs, dev, o.moe_shape);
+      out["moe_shape"] = {{"experts", o.moe_shape.experts},
+                          {"top_k", o.moe_shape.top_k},
+                          {"K", o.moe_shape.K},
+                          {"I", o.moe_shape.I}};
+    }
     cublasDestroy(blas);
     if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
     return 0;

@@ -1,7 +1,8 @@
-// The fused MoE through the cuda plugin's C ABI: Mixtral-like experts (8, top-2, K 4096, I 14336,
-// 4-bit group 128), tensors from the plugin's device memory, forwards queued on the bench's
-// stream. Routings rotate over 16 expert pairs; the bytes a call must read are the packed weights
-// of the experts its routing touches.
+// The fused MoE through the cuda plugin's C ABI: E experts K × 2I and I × K (Mixtral-like by
+// default: 8, top-2, K 4096, I 14336; 4-bit group 128), tensors from the plugin's device memory,
+// forwards queued on the bench's stream. Routings rotate over 16 random choices of top_k distinct
+// experts per token; the bytes a call must read are the packed weights of the experts its
+// routing touches.
 #include <nibble/sdk/host.hpp>
 #include <nibble/sdk/numeric.hpp>
 
@@ -9,6 +10,8 @@
 #include <cstdio>
 #include <random>
 #include <set>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "timing.hpp"
@@ -75,9 +78,11 @@ struct PluginTensor {
 }  // namespace
 
 nlohmann::json run_moe(const std::string& plugin_path, int iters, double peak_tbs,
-                       const Device& dev) {
-  const int E = 8, top_k = 2;
-  const int64_t K = 4096, I = 14336;
+                       const Device& dev, const MoeBenchShape& s) {
+  const int E = s.experts, top_k = s.top_k;
+  const int64_t K = s.K, I = s.I;
+  if (E < 1 || top_k < 1 || top_k > E || K < 1 || I < 1)
+    throw std::runtime_error("--moe-shape: needs 1 <= top_k <= experts and positive K, I");
   sdk::host::LoadedPlugin plugin = sdk::host::LoadedPlugin::load(plugin_path, 1);
   const nibble_plugin& p = plugin.descriptor();
   const nibble_kernel* k = plugin.kernel("moe_marlin");
@@ -111,21 +116,21 @@ nlohmann::json run_moe(const std::string& plugin_path, int iters, double peak_tb
     std::normal_distribution<float> nd(0.f, 1.f);
     for (auto& v : xh) v = sdk::f32_to_bf16(nd(rng));
     PluginTensor x(p, M, K, sdk::dtype_bf16(), xh.data()), y(p, M, K, sdk::dtype_bf16(), nullptr);
-    // 16 routings, each token with two distinct experts.
+    // 16 routings, each token with top_k distinct experts.
     std::vector<std::unique_ptr<PluginTensor>> ids, wts;
     double touched = 0;
     for (int r = 0; r < 16; ++r) {
       std::vector<int32_t> id(size_t(M * top_k));
-      std::vector<float> wt(size_t(M * top_k), 0.5f);
+      std::vector<float> wt(size_t(M * top_k), 1.f / float(top_k));
       std::set<int32_t> used;
+      std::vector<int32_t> all(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) all[size_t(e)] = e;
       for (int64_t m = 0; m < M; ++m) {
-        const int32_t a = int32_t(rng() % E);
-        int32_t b = int32_t(rng() % (E - 1));
-        b += b >= a;
-        id[size_t(m * 2)] = a;
-        id[size_t(m * 2 + 1)] = b;
-        used.insert(a);
-        used.insert(b);
+        for (int j = 0; j < top_k; ++j) {  // a partial shuffle: top_k distinct experts
+          std::swap(all[size_t(j)], all[size_t(j) + rng() % size_t(E - j)]);
+          id[size_t(m * top_k + j)] = all[size_t(j)];
+          used.insert(all[size_t(j)]);
+        }
       }
       touched += double(used.size()) / 16;
       ids.push_back(std::make_unique<PluginTensor>(p, M, top_k, sdk::dtype_i32(), id.data()));

@@ -61,8 +61,15 @@ struct Timing {
 /// Time `iters` calls of `call(i)` queued on `stream`, after warm-up calls.
 Timing time_calls(int iters, cudaStream_t stream, const std::function<void(int)>& call);
 
-/// The fused MoE (Mixtral-like) through the plugin at `plugin_path`.
+/// The experts of the MoE bench: E experts of K × 2I (gate and up) and I × K (down), top_k per
+/// token; Mixtral-like by default.
+struct MoeBenchShape {
+  int experts = 8, top_k = 2;
+  int64_t K = 4096, I = 14336;
+};
+
+/// The fused MoE of `shape` through the plugin at `plugin_path`, at M = 1, 4 and 16.
 nlohmann::json run_moe(const std::string& plugin_path, int iters, double peak_tbs,
-                       const Device& dev);
+                       const Device& dev, const MoeBenchShape& shape);
 
 }  // namespace nibble::cuda::bench

@@ -99,9 +99,14 @@ class MarlinMoePrepared : public sdk::Prepared {
     up.x = f.x.data;
     up.ldx = f.x.stride;
     up.x_dtype = act_dtype(f.x.dtype);
+    // h = silu(gate) · up: with bf16 activations rounded once to bf16, the tensor a bf16
+    // model's own forward holds there (the down projection then takes one MMA per tile where
+    // the two bf16 terms of an fp32 h take two); f16 and f32 activations keep it in fp32 (f16's
+    // range is narrower than the product's).
+    const DType h_dtype = up.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
     up.y = scratch.at<float>(at_h);
     up.ldy = I_;
-    up.y_dtype = DType::f32;
+    up.y_dtype = h_dtype;
     up.epilogue = Epilogue::swiglu;
     up.M = P;
     up.items = r.items;
@@ -117,8 +122,9 @@ class MarlinMoePrepared : public sdk::Prepared {
     down.w = w2_->view();
     down.x = scratch.at<float>(at_h);
     down.ldx = I_;
-    down.x_dtype = DType::f32;
+    down.x_dtype = h_dtype;
     down.y = scratch.at<float>(at_down);
+    down.y_dtype = DType::f32;
     down.ldy = K_;
     down.epilogue = Epilogue::store;
     down.x_by_token = false;

@@ -143,8 +143,8 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
       EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
     }
-  // MoE work items (Mixtral-like decode: two items): the ranks that keep all items' blocks in
-  // one wave of two blocks per SM.
+  // MoE work items of 16 rows: four adjacent runs per block and the smallest cluster that leaves
+  // a warp at most 64 slabs (8 warps, 2 per run).
   auto chosen_items = [](int64_t K, int64_t N, int64_t items) {
     cuda::GemmArgs a;
     a.w.K = K;
@@ -154,12 +154,15 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     a.max_items = items;
     return cuda::choose_stream_config(a, 132);
   };
-  EXPECT_EQ(chosen_items(14336, 4096, 2).cluster, 2);  // 64 runs · 2 items · 2 = 256 ≤ 264
-  EXPECT_EQ(chosen_items(4096, 28672, 2).cluster, 1);  // 448 runs · 2 items: over one wave
-  EXPECT_EQ(chosen_items(14336, 4096, 8).cluster, 1);
+  for (int64_t items : {2, 8, 100}) {
+    EXPECT_EQ(chosen_items(14336, 4096, items).runs_per_block, 4);
+    EXPECT_EQ(chosen_items(14336, 4096, items).cluster, 8);  // 896 slabs: 56 per warp
+    EXPECT_EQ(chosen_items(4096, 28672, items).cluster, 2);  // 256 slabs: 64 per warp
+  }
   EXPECT_EQ(chosen_items(14336, 4096, 2).tile_rows, 16);  // items of up to 16 rows
   // Decode items (8 rows, the weight as A) split like one tile of a layer with runs × items runs:
-  // Mixtral-like gate/up (448 runs, 2 items: 224 blocks) and down (64 runs: 128 blocks).
+  // Mixtral-like gate/up (448 runs, 2 items: 224 blocks) and down (64 runs: 256 blocks, both
+  // blocks of every SM, 56 slabs per warp).
   auto decode_items = [](int64_t K, int64_t N, int64_t items) {
     cuda::GemmArgs a;
     a.w.K = K;
@@ -170,15 +173,17 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     return cuda::choose_stream_config(a, 132);
   };
   for (const auto& [K, N, R, C] :
-       {std::array<int64_t, 4>{4096, 28672, 4, 1}, std::array<int64_t, 4>{14336, 4096, 4, 4}}) {
+       {std::array<int64_t, 4>{4096, 28672, 4, 1}, std::array<int64_t, 4>{14336, 4096, 4, 8}}) {
     const cuda::StreamConfig c = decode_items(K, N, 2);
     EXPECT_EQ(c.tile_rows, 8) << K << "x" << N;
     EXPECT_EQ(c.runs_per_block, R) << K << "x" << N;
     EXPECT_EQ(c.cluster, C) << K << "x" << N;
   }
   EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the rule before
-  // M = 4 down projection (up to 9 items): four runs per block would leave a warp 448 slabs.
-  EXPECT_EQ(decode_items(14336, 4096, 9).runs_per_block, 1);
+  // M = 4 down projection (up to 9 items, more than one wave): four runs per block over a
+  // cluster of 8, 56 slabs per warp.
+  EXPECT_EQ(decode_items(14336, 4096, 9).runs_per_block, 4);
+  EXPECT_EQ(decode_items(14336, 4096, 9).cluster, 8);
   // Experts of two runs (N = 128) and many items: no block takes more runs than there are.
   EXPECT_LE(decode_items(2048, 128, 63).runs_per_block, 2);
   for (int64_t K : {16, 128, 512, 1024, 2048, 4096, 4112, 8192, 14336})

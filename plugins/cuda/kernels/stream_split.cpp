@@ -19,7 +19,8 @@ constexpr int kMaxCluster = kStreamMaxCluster;
 // contiguous, which DRAM streams best) and K split over a power-of-two cluster, except where K
 // and N are at most 4096 (one run per block on the 255-register budget, below); several tiles of
 // rows share the weight through L2 and want one run per block and clusters of two. MoE items are
-// different experts and keep the split they were measured with.
+// different experts: one wave of up to two blocks per SM where the items fit, else four runs per
+// block and at most 64 slabs per warp.
 StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   StreamConfig c;
   const int64_t runs = a.w.N / 64, slabs = a.w.K / 16;
@@ -30,8 +31,8 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   // The splits of one tile of rows on a large layer: about one to two blocks per SM (every
   // block of every item counted), four adjacent runs per block where that fits. `longest`
   // bounds the slabs one warp streams.
-  auto one_wave = [&](int64_t tiles, int64_t longest) {
-    const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * 7 / 4;
+  auto one_wave = [&](int64_t tiles, int64_t longest, int64_t high_per_4sm = 7) {
+    const int64_t low = int64_t(sm_count) * 95 / 100, high = int64_t(sm_count) * high_per_4sm / 4;
     for (int R : {4, 2, 1}) {
       if (R > runs && R > 1) continue;  // a block's warps on runs that do not exist
       for (int C : {1, 2, 4, 8}) {
@@ -51,15 +52,20 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
     // streaming at most 128 slabs: for a Mixtral-like gate/up at M = 1 (448 runs, 2 items)
     // four runs per block and no cluster, 224 blocks in one wave where one run per block made
     // 896 in 3.4 waves. Its down projection at M = 4 (64 runs, up to 9 items) would get 448
-    // slabs per warp and was 2 % slower so than with the rule below.
-    if (c.tile_rows == 8 && one_wave(items, 128)) return c;
-    // As many cluster ranks as keep every item's blocks within one wave of two blocks per SM:
-    // rounding up instead (three ranks for a Mixtral-like down projection at decode, 384 blocks
-    // on 264 places) left a second wave a third full.
-    const int64_t want =
-        std::max<int64_t>(1, 2 * int64_t(sm_count) / std::max<int64_t>(1, runs * items));
-    const int64_t most = std::max<int64_t>(1, slabs / (2 * kWarps));
-    c.cluster = int(std::clamp<int64_t>(std::min(want, most), 1, kMaxCluster));
+    // slabs per warp in one wave, which the slab limits keep out. A wave may fill both blocks of
+    // every SM, and at most 64 slabs per warp come first: a Mixtral-like down projection at M = 1
+    // (64 runs, 2 items) runs four runs per block over clusters of 8, 256 blocks of 56 slabs per
+    // warp, where 128 blocks of 112 took 1.16× as long.
+    if (c.tile_rows == 8 && (one_wave(items, 64, 8) || one_wave(items, 128))) return c;
+    // More items than one wave holds: four adjacent runs per block and the smallest cluster
+    // that leaves each warp at most 64 slabs. Mixtral-like at M = 4 (9 items), against one run
+    // per block and no cluster: gate/up (256 slabs) in clusters of 2 took 0.89× the time, down
+    // (896 slabs) in clusters of 8 0.85×; the same at M = 16 (items of 16 rows).
+    c.runs_per_block = int(std::min<int64_t>(4, runs));
+    while (c.runs_per_block & (c.runs_per_block - 1)) --c.runs_per_block;  // 1, 2 or 4
+    c.cluster = 1;
+    while (c.cluster < kMaxCluster && slabs * c.runs_per_block > int64_t(64) * c.cluster * kWarps)
+      c.cluster *= 2;
     return c;
   }
   if (items == 1 && slabs <= 256 && runs <= 64) {
