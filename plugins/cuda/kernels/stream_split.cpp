@@ -16,8 +16,9 @@ constexpr int kMaxCluster = kStreamMaxCluster;
 
 // The splits measured best on an H200 (docs/cuda.md, "Choosing the split"): one tile of rows
 // wants about one to two blocks per SM, each block over four adjacent runs (their words are
-// contiguous, which DRAM streams best) and K split over a power-of-two cluster, except where K
-// and N are at most 4096 (one run per block on the 255-register budget, below); several tiles of
+// contiguous, which DRAM streams best) and K split over a power-of-two cluster (at decode, with
+// the weight as A, two runs per block over clusters of up to 8), except where K and N are at
+// most 4096 (one run per block on the 255-register budget, below); several tiles of
 // rows share the weight through L2 and want one run per block and clusters of two. MoE items are
 // different experts: one wave of up to two blocks per SM where the items fit, else four runs per
 // block and at most 64 slabs per warp.
@@ -81,6 +82,23 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
            runs * 2 * c.cluster <= int64_t(sm_count))
       c.cluster *= 2;
     return c;
+  }
+  if (items == 1 && c.tile_rows == 8) {
+    // Decode on a large layer (the weight as A): two runs per block over the smallest cluster,
+    // 3 and 6 ranks included, that gives 1.4 to 1.75 blocks per SM. H200 sweeps at M = 1 and 4
+    // (docs/cuda.md, "Choosing the split"): 14336×4096 in clusters of 6 (192 blocks) 1.10× and
+    // 1.05× the four runs over clusters of 8 (128 blocks, fewer than the SMs); 4096×14336 in
+    // clusters of 2 1.00× and 1.03× four runs over 4. At M = 16 four runs stay fastest.
+    const int64_t low = int64_t(sm_count) * 7 / 5, high = int64_t(sm_count) * 7 / 4;
+    if (runs >= 2)
+      for (int C : {1, 2, 3, 4, 6, 8}) {
+        const int64_t blocks = (runs + 1) / 2 * C;
+        if (blocks >= low && blocks <= high && slabs * 2 >= int64_t(C) * kWarps * 2) {
+          c.runs_per_block = 2;
+          c.cluster = C;
+          return c;
+        }
+      }
   }
   if (items == 1 && one_wave(1, slabs)) return c;
   c.runs_per_block = 1;
