@@ -2,9 +2,10 @@
 // each w13's gate and up rows side by side in runs of 32 (so one 64-wide Marlin run holds the gate
 // and up outputs of the same 32 intermediate columns, and the gate/up GEMM's epilogue can apply
 // silu(gate) · up), and uploads every expert into two stacks. Forward, on the call's stream:
-// route (pairs sorted by expert on the device), gate/up with the SwiGLU epilogue into fp32 h,
-// down projection of h (as two bf16 terms, so h is never rounded to 16 bits), then the weighted
-// sum of each token's slots into y. Scratch is stream-ordered; the host workspace is 0 bytes.
+// route (pairs sorted by expert on the device), gate/up with the SwiGLU epilogue into h (bf16
+// with bf16 activations, else fp32), down projection of h (an fp32 h as two bf16 terms), then the
+// weighted sum of each token's slots into y. Scratch is stream-ordered; the host workspace is 0
+// bytes.
 #include <nibble/sdk/portable_kernels.hpp>
 
 #include "cuda_error.hpp"
@@ -74,10 +75,15 @@ class MarlinMoePrepared : public sdk::Prepared {
     const int32_t item_rows = f.M <= 8 ? 8 : 16;
     const int64_t M = f.M, P = M * top_k, items = max_items(P, E_, item_rows);
     const bool ids64 = f.topk_ids.dtype.bits == 64;
+    // h = silu(gate) · up: with bf16 activations rounded once to bf16, the tensor a bf16
+    // model's own forward holds there (the down projection then takes one MMA per tile where
+    // the two bf16 terms of an fp32 h take two); f16 and f32 activations keep it in fp32 (f16's
+    // range is narrower than the product's).
+    const DType h_dtype = act_dtype(f.x.dtype) == DType::bf16 ? DType::bf16 : DType::f32;
     // Scratch: sorted pairs, work items and their count, h [P][I] and the down outputs [P][K].
     const size_t at_items = aligned(size_t(P) * 4),
                  at_count = at_items + aligned(size_t(items) * 16), at_h = at_count + 256,
-                 at_down = at_h + aligned(size_t(P * I_) * 4),
+                 at_down = at_h + aligned(size_t(P * I_) * dtype_size(h_dtype)),
                  total = at_down + aligned(size_t(P * K_) * 4);
     StreamScratch scratch(total, stream, what);
 
@@ -99,12 +105,7 @@ class MarlinMoePrepared : public sdk::Prepared {
     up.x = f.x.data;
     up.ldx = f.x.stride;
     up.x_dtype = act_dtype(f.x.dtype);
-    // h = silu(gate) · up: with bf16 activations rounded once to bf16, the tensor a bf16
-    // model's own forward holds there (the down projection then takes one MMA per tile where
-    // the two bf16 terms of an fp32 h take two); f16 and f32 activations keep it in fp32 (f16's
-    // range is narrower than the product's).
-    const DType h_dtype = up.x_dtype == DType::bf16 ? DType::bf16 : DType::f32;
-    up.y = scratch.at<float>(at_h);
+    up.y = scratch.at<void>(at_h);
     up.ldy = I_;
     up.y_dtype = h_dtype;
     up.epilogue = Epilogue::swiglu;
@@ -120,7 +121,7 @@ class MarlinMoePrepared : public sdk::Prepared {
 
     GemmArgs down = up;
     down.w = w2_->view();
-    down.x = scratch.at<float>(at_h);
+    down.x = scratch.at<void>(at_h);
     down.ldx = I_;
     down.x_dtype = h_dtype;
     down.y = scratch.at<float>(at_down);

@@ -188,13 +188,33 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     EXPECT_EQ(c.runs_per_block, R) << K << "x" << N;
     EXPECT_EQ(c.cluster, C) << K << "x" << N;
   }
-  EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the rule before
+  EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the fallback
   // M = 4 down projection (up to 9 items, more than one wave): four runs per block over a
   // cluster of 8, 56 slabs per warp.
   EXPECT_EQ(decode_items(14336, 4096, 9).runs_per_block, 4);
   EXPECT_EQ(decode_items(14336, 4096, 9).cluster, 8);
   // Experts of two runs (N = 128) and many items: no block takes more runs than there are.
   EXPECT_LE(decode_items(2048, 128, 63).runs_per_block, 2);
+  // Every MoE item split is one the launcher takes.
+  for (int64_t K : {16, 128, 768, 2048, 4096, 7168, 14336})
+    for (int64_t N : {64, 128, 192, 1536, 4096, 28672})
+      for (int32_t rows : {8, 16})
+        for (int64_t n_items : {1, 2, 9, 100}) {
+          cuda::GemmArgs a;
+          a.w.K = K;
+          a.w.N = N;
+          a.items = reinterpret_cast<const int4*>(&a);
+          a.max_items = n_items;
+          a.item_rows = rows;
+          const cuda::StreamConfig c = cuda::choose_stream_config(a, 132);
+          const std::string at = std::to_string(K) + "x" + std::to_string(N) + " items " +
+                                 std::to_string(n_items) + " of " + std::to_string(rows);
+          EXPECT_TRUE(c.runs_per_block == 1 || c.runs_per_block == 2 || c.runs_per_block == 4)
+              << at;
+          EXPECT_LE(c.runs_per_block, std::max<int64_t>(1, N / 64)) << at;
+          EXPECT_TRUE(c.cluster >= 1 && c.cluster <= 8) << at << ": cluster " << c.cluster;
+          EXPECT_EQ(c.tile_rows, rows) << at;
+        }
   for (int64_t K : {16, 128, 512, 1024, 2048, 4096, 4112, 8192, 14336})
     for (int64_t N : {64, 128, 1024, 4096, 4160, 14336})
       for (int64_t M : {1, 4, 16, 17, 300}) {

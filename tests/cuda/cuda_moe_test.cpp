@@ -51,7 +51,7 @@ struct MoeCase {
 };
 
 // The largest relative error of each activation dtype over the random cases (bf16, f16, f32),
-// printed for docs/cuda.md's table of declared bounds.
+// printed for docs/cuda.md (the fused MoE's errors beside the declared bounds).
 double largest_error[3] = {0, 0, 0};
 
 void run_moe_case(const MoeCase& c) {
@@ -154,6 +154,32 @@ TEST(CudaPluginMoe, ClusteredProjectionsAtDecode) {
     const Routing routing =
         random_routing(M, top_k, E, 0.0, false, sdk::dtype_f32(), uint32_t(M) + 20);
     expect_routed_moe(E, top_k, M, 13, routing, routing, K, I);
+  }
+}
+
+// Batches of more than 8 tokens (items of 16 rows, more blocks than one wave) on experts large
+// enough that both projections take four runs per block over a cluster: the 16-row tile's
+// cluster reduction with the swiglu epilogue and a bf16 h (gate/up) and without (down).
+TEST(CudaPluginMoe, ClusteredProjectionsOfLargerBatches) {
+  const int64_t K = 4096, I = 4096;
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{K, 2 * I}, {I, K}}) {
+    cuda::GemmArgs a;  // what the plugin asks the split rule for at M = 12, top-2, 4 experts
+    a.w.K = k;
+    a.w.N = n;
+    a.items = reinterpret_cast<const int4*>(&a);
+    a.max_items = cuda::max_items(24, 4, 16);
+    a.item_rows = 16;
+    const cuda::StreamConfig c = cuda::choose_stream_config(a, 132);
+    ASSERT_EQ(c.tile_rows, 16) << k << "x" << n;
+    ASSERT_EQ(c.runs_per_block, 4) << k << "x" << n;
+    ASSERT_GT(c.cluster, 1) << k << "x" << n;
+  }
+  NIBBLE_REQUIRE_GPU();
+  const int E = 4, top_k = 2;
+  for (int64_t M : {12, 40}) {
+    const Routing routing =
+        random_routing(M, top_k, E, 0.0, false, sdk::dtype_f32(), uint32_t(M) + 30);
+    expect_routed_moe(E, top_k, M, 17, routing, routing, K, I);
   }
 }
 

@@ -17,11 +17,11 @@ constexpr int kMaxCluster = kStreamMaxCluster;
 // The splits measured best on an H200 (docs/cuda.md, "Choosing the split"): one tile of rows
 // wants about one to two blocks per SM, each block over four adjacent runs (their words are
 // contiguous, which DRAM streams best) and K split over a power-of-two cluster (at decode, with
-// the weight as A, two runs per block over clusters of up to 8), except where K and N are at
-// most 4096 (one run per block on the 255-register budget, below); several tiles of
-// rows share the weight through L2 and want one run per block and clusters of two. MoE items are
-// different experts: one wave of up to two blocks per SM where the items fit, else four runs per
-// block and at most 64 slabs per warp.
+// the weight as A, two runs per block over clusters of 1-8 ranks, 3 and 6 included), except where
+// K and N are at most 4096 (one run per block on the 255-register budget, below); several tiles
+// of rows share the weight through L2 and want one run per block and clusters of two. MoE items
+// are different experts: decode items take one wave of up to two blocks per SM where they fit,
+// other items four runs per block and at most 64 slabs per warp.
 StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   StreamConfig c;
   const int64_t runs = a.w.N / 64, slabs = a.w.K / 16;
@@ -56,13 +56,15 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
     // slabs per warp in one wave, which the slab limits keep out. A wave may fill both blocks of
     // every SM, and at most 64 slabs per warp come first: a Mixtral-like down projection at M = 1
     // (64 runs, 2 items) runs four runs per block over clusters of 8, 256 blocks of 56 slabs per
-    // warp, where 128 blocks of 112 took 1.16× as long.
+    // warp, where 128 blocks of 112 made the whole MoE 1.04× slower (bf16 h: 103.8 against
+    // 100.2 µs).
     if (c.tile_rows == 8 && (one_wave(items, 64, 8) || one_wave(items, 128))) return c;
     // More items than one wave holds: four adjacent runs per block and the smallest cluster
     // that leaves each warp at most 64 slabs. Mixtral-like at M = 4 (9 items), against one run
-    // per block and no cluster: gate/up (256 slabs) in clusters of 2 took 0.89× the time, down
-    // (896 slabs) in clusters of 8 0.85×; the same at M = 16 (items of 16 rows).
-    c.runs_per_block = int(std::min<int64_t>(4, runs));
+    // per block and no cluster: gate/up (256 slabs) in clusters of 2 alone took the whole MoE
+    // 0.89× the time, down (896 slabs) in clusters of 8 alone 0.85×; at M = 16 (items of 16
+    // rows) 0.83× and 0.82×.
+    c.runs_per_block = int(std::clamp<int64_t>(runs, 1, 4));
     while (c.runs_per_block & (c.runs_per_block - 1)) --c.runs_per_block;  // 1, 2 or 4
     c.cluster = 1;
     while (c.cluster < kMaxCluster && slabs * c.runs_per_block > int64_t(64) * c.cluster * kWarps)
@@ -87,8 +89,9 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
     // Decode on a large layer (the weight as A): two runs per block over the smallest cluster,
     // 3 and 6 ranks included, that gives 1.4 to 1.75 blocks per SM. H200 sweeps at M = 1 and 4
     // (docs/cuda.md, "Choosing the split"): 14336×4096 in clusters of 6 (192 blocks) 1.10× and
-    // 1.05× the four runs over clusters of 8 (128 blocks, fewer than the SMs); 4096×14336 in
-    // clusters of 2 1.00× and 1.03× four runs over 4. At M = 16 four runs stay fastest.
+    // 1.05× as fast as four runs over clusters of 8 (128 blocks, fewer than the SMs); 4096×14336
+    // in clusters of 2 1.00× and 1.03× four runs over 4. At M = 16 (rows as A) four runs stay
+    // within 3 % of the fastest split.
     const int64_t low = int64_t(sm_count) * 7 / 5, high = int64_t(sm_count) * 7 / 4;
     if (runs >= 2)
       for (int C : {1, 2, 3, 4, 6, 8}) {
