@@ -71,9 +71,11 @@ Options parse(int argc, char** argv) {
       o.plugin = value();
     else if (a == "--sweep")
       o.sweep = true;
-    else if (a == "--tile-rows")
+    else if (a == "--tile-rows") {
       o.tile_rows = int(std::stoi(value()));
-    else if (a == "--no-overlap")
+      if (o.tile_rows != 8 && o.tile_rows != 16)
+        throw std::runtime_error("--tile-rows takes 8 or 16, not " + std::to_string(o.tile_rows));
+    } else if (a == "--no-overlap")
       o.overlap = false;
     else if (a == "--moe-shape") {
       const std::vector<int64_t> v = int_list(value());

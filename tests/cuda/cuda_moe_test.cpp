@@ -134,20 +134,26 @@ TEST(CudaPluginMoe, AnExpertNamedTwiceByEveryToken) {
   expect_routed_moe(E, top_k, M, 11, routing, routing);
 }
 
+// The split the plugin's MoE projection of k × n gets for `pairs` routed pairs over `experts`
+// experts in items of at most `item_rows` rows (host code: runs without a GPU).
+cuda::StreamConfig projection_split(int64_t k, int64_t n, int64_t pairs, int64_t experts,
+                                    int32_t item_rows) {
+  cuda::GemmArgs a;
+  a.w.K = k;
+  a.w.N = n;
+  a.items = reinterpret_cast<const int4*>(&a);  // not read: the count is on the device
+  a.max_items = cuda::max_items(pairs, experts, item_rows);
+  a.item_rows = item_rows;
+  return cuda::choose_stream_config(a, 132);
+}
+
 // Decode batches on experts large enough that both projections split K over a cluster of
 // blocks: the reduction whose ranks push their sums into each other's shared memory, with the
 // swiglu epilogue (gate/up) and without (down).
 TEST(CudaPluginMoe, ClusteredProjectionsAtDecode) {
   const int64_t K = 2048, I = 1024;
-  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{K, 2 * I}, {I, K}}) {
-    cuda::GemmArgs a;  // what the plugin asks the split rule for at M = 1, top-2
-    a.w.K = k;
-    a.w.N = n;
-    a.items = reinterpret_cast<const int4*>(&a);
-    a.max_items = 2;
-    a.item_rows = 8;
-    ASSERT_GT(cuda::choose_stream_config(a, 132).cluster, 1) << k << "x" << n;
-  }
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{K, 2 * I}, {I, K}})  // M = 1, top-2
+    ASSERT_GT(projection_split(k, n, 2, 8, 8).cluster, 1) << k << "x" << n;
   NIBBLE_REQUIRE_GPU();
   const int E = 8, top_k = 2;
   for (int64_t M : {1, 3}) {
@@ -163,13 +169,7 @@ TEST(CudaPluginMoe, ClusteredProjectionsAtDecode) {
 TEST(CudaPluginMoe, ClusteredProjectionsOfLargerBatches) {
   const int64_t K = 4096, I = 4096;
   for (const auto& [k, n] : {std::pair<int64_t, int64_t>{K, 2 * I}, {I, K}}) {
-    cuda::GemmArgs a;  // what the plugin asks the split rule for at M = 12, top-2, 4 experts
-    a.w.K = k;
-    a.w.N = n;
-    a.items = reinterpret_cast<const int4*>(&a);
-    a.max_items = cuda::max_items(24, 4, 16);
-    a.item_rows = 16;
-    const cuda::StreamConfig c = cuda::choose_stream_config(a, 132);
+    const cuda::StreamConfig c = projection_split(k, n, 24, 4, 16);  // M = 12, top-2, 4 experts
     ASSERT_EQ(c.tile_rows, 16) << k << "x" << n;
     ASSERT_EQ(c.runs_per_block, 4) << k << "x" << n;
     ASSERT_GT(c.cluster, 1) << k << "x" << n;
