@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "dequant_gemm.hpp"
 #include "marlin_weight.hpp"
 #include "timing.hpp"
 
@@ -193,9 +194,23 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
         v.slab_groups += int64_t(i) * v.expert_slabs;
         return v;
       };
+      // The large-M path as the plugin runs it, with scratch for its largest plan.
+      a.w = view(0);
+      const bool dequant = M >= dequant_gemm_rows(K, N) && dequant_gemm_takes(a);
+      size_t scratch_bytes = plan_dequant_gemm(a).scratch_bytes();
+      for (int64_t c : {int64_t(64), int64_t(N)})
+        scratch_bytes = std::max(scratch_bytes, plan_dequant_gemm(a, c).scratch_bytes());
+      DeviceArray scratch(scratch_bytes);
+      auto dequant_gemm = [&](int i, const DequantGemmPlan& plan) {
+        a.w = view(i % copies);
+        const std::string failed = run_dequant_gemm(a, plan, blas, scratch.get(), dev.stream);
+        if (!failed.empty()) throw std::runtime_error(failed);
+      };
       const Timing tm = time_calls(o.iters, dev.stream, [&](int i) {
         a.w = view(i % copies);
-        if ((o.tile_rows != 0 || !o.overlap) && !(M > 64 && tiled_takes(a))) {
+        if (dequant) {
+          dequant_gemm(i, plan_dequant_gemm(a));
+        } else if ((o.tile_rows != 0 || !o.overlap) && !(M > 64 && tiled_takes(a))) {
           StreamConfig c = choose_stream_config(a, dev.sms);
           if (o.tile_rows != 0) c.tile_rows = o.tile_rows;
           c.overlap_previous = o.overlap;
@@ -215,7 +230,9 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
       });
       const double blas_us = tb.device_us;
       const double tbs = double(qbytes) / (us * 1e-6) / 1e12;
-      const char* kernel = M > 64 && tiled_takes(a) ? "tiled" : "stream";
+      const char* kernel = dequant                    ? "dequant+cuBLAS"
+                           : M > 64 && tiled_takes(a) ? "tiled"
+                                                      : "stream";
       std::printf("%6lld %10.2f %10.2f %8.2f %10.2f %7.1f%% %9.2f %9s\n", (long long)M, us, blas_us,
                   blas_us / us, tbs, 100 * tbs / o.peak_tbs, tm.host_us, kernel);
       nlohmann::json row = {{"K", K},
@@ -226,7 +243,9 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
                             {"speedup_vs_cublas", blas_us / us},
                             {"weight_bytes", qbytes},
                             {"tbs", tbs},
-                            {"pct_of_peak", 100 * tbs / o.peak_tbs}};
+                            {"pct_of_peak", 100 * tbs / o.peak_tbs},
+                            {"kernel", kernel}};
+      if (dequant) row["chunk_cols"] = plan_dequant_gemm(a).chunk_cols;
       if (o.sweep) {
         // Both kernels and their splits, so the dispatch rule can be read off one run.
         auto stream_us = [&](StreamConfig c) {
@@ -261,6 +280,32 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
                       {{"kernel", "stream"}, {"T", T}, {"B", B}, {"R", R}, {"C", C}, {"us", t}});
                   std::printf(" T%dB%dR%dC%d %.1f", T, B, R, C, t);
                 }
+        }
+        if (M >= 16 && dequant_gemm_takes(a)) {
+          // The dequantizing GEMM in shares of N / 1, 2, 4, 8 columns and at its own plan.
+          std::printf("  dequant:");
+          for (int64_t parts : {0, 1, 2, 4, 8}) {
+            const DequantGemmPlan plan =
+                plan_dequant_gemm(a, parts == 0 ? 0 : (N + parts - 1) / parts);
+            const double t =
+                time_calls(o.iters, dev.stream, [&](int i) { dequant_gemm(i, plan); }).device_us;
+            sweep.push_back({{"kernel", "dequant"},
+                             {"chunk_cols", plan.chunk_cols},
+                             {"planned", parts == 0},
+                             {"us", t}});
+            std::printf(" %s%lld %.1f", parts == 0 ? "plan:" : "", (long long)plan.chunk_cols, t);
+          }
+          // The dequantization alone, the whole weight at once.
+          const DequantGemmPlan whole = plan_dequant_gemm(a, N);
+          const double t = time_calls(o.iters, dev.stream, [&](int i) {
+                             a.w = view(i % copies);
+                             check_cuda(launch_marlin_dequant(a.w, 0, N, DType::bf16, scratch.get(),
+                                                              K, dev.stream),
+                                        "launch_marlin_dequant");
+                           }).device_us;
+          sweep.push_back({{"kernel", "dequant_only"}, {"us", t}});
+          std::printf(" only-dequant %.1f (%.2f TB/s written)", t,
+                      double(whole.weight_bytes) / (t * 1e-6) / 1e12);
         }
         if (M >= 16) {
           std::printf("  tiled:");

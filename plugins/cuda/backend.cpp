@@ -10,6 +10,7 @@
 #include "device_memory.hpp"
 #include "kernels.hpp"
 #include "probe.hpp"
+#include "stream_scratch.hpp"
 
 namespace nibble::cuda {
 
@@ -35,14 +36,17 @@ class CudaBackend : public sdk::Backend {
   }
   std::vector<std::unique_ptr<sdk::Kernel>> make_kernels() override {
     std::vector<std::unique_ptr<sdk::Kernel>> k;
-    k.push_back(make_marlin_linear());
+    k.push_back(make_marlin_linear(cublas_));
     k.push_back(make_general_linear());
     k.push_back(make_dense(cublas_));
     k.push_back(make_marlin_moe());
     return k;
   }
   sdk::DeviceMemory* device_memory() override { return &memory_; }
-  void shutdown() override { cublas_->clear(); }
+  void shutdown() override {
+    cublas_->clear();
+    release_scratch_pools();
+  }
 
  private:
   CudaDeviceMemory memory_;

@@ -24,7 +24,7 @@ std::string why_not_device(const nibble_layer_desc& d);
 /// The checks every quantized kernel here shares (numeric mode, bits, shape, dtypes, device).
 std::string why_not_quantized(const nibble_layer_desc& d);
 
-std::unique_ptr<sdk::Kernel> make_marlin_linear();
+std::unique_ptr<sdk::Kernel> make_marlin_linear(std::shared_ptr<CublasPool> cublas);
 std::unique_ptr<sdk::Kernel> make_general_linear();
 std::unique_ptr<sdk::Kernel> make_dense(std::shared_ptr<CublasPool> cublas);
 std::unique_ptr<sdk::Kernel> make_marlin_moe();

@@ -1,12 +1,18 @@
 // The quantized linear kernels: linear_marlin (the Marlin layout; the small-M streaming kernel)
 // wherever Marlin's rules hold, and linear_general (the general layout) for every other valid
-// weight. Both upload at prepare and queue their forward on the call's stream.
+// weight. Both upload at prepare and queue their forward on the call's stream; linear_marlin sends
+// large M with f16/bf16 activations to the dequantizing cuBLAS GEMM (dequant_gemm.hpp).
 #include <nibble/sdk/portable_kernels.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "cuda_error.hpp"
+#include "dequant_gemm.hpp"
 #include "general_weight.hpp"
 #include "kernels.hpp"
 #include "marlin_weight.hpp"
+#include "stream_scratch.hpp"
 
 namespace nibble::cuda {
 
@@ -18,11 +24,23 @@ DType act_dtype(DLDataType t) {
   return DType::f32;
 }
 
-int multiprocessors(int device) {
-  int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-        "cudaDeviceGetAttribute(multiprocessor count)");
-  return sms;
+int device_attribute(int device, cudaDeviceAttr what, const char* name) {
+  int v = 0;
+  check(cudaDeviceGetAttribute(&v, what, device),
+        std::string("cudaDeviceGetAttribute(") + name + ")");
+  return v;
+}
+
+// Whether every weight dequantized as (q − z)·s is finite in f16: |q − z| ≤ max(z, 2^bits − 1 − z).
+bool dequantized_fits_f16(const sdk::QuantWeight& w) {
+  const int top = (1 << w.bits()) - 1;
+  for (int64_t g = 0; g < w.num_groups(); ++g)
+    for (int64_t n = 0; n < w.N(); ++n) {
+      const int z = w.zero(g, n);
+      const double most = std::fabs(double(w.scale(g, n))) * double(std::max(z, top - z));
+      if (!(most <= 65504.0)) return false;  // NaN scales fail too
+    }
+  return true;
 }
 
 // Bias as fp32 on the device (empty without bias).
@@ -35,11 +53,14 @@ DeviceBuffer bias_on_device(int device, const sdk::QuantWeight& w) {
 
 class MarlinLinearPrepared : public sdk::Prepared {
  public:
-  MarlinLinearPrepared(int device, const sdk::QuantWeight& w, const std::string& what)
+  MarlinLinearPrepared(int device, const sdk::QuantWeight& w, const std::string& what,
+                       std::shared_ptr<CublasPool> cublas)
       : device_(device),
         stack_(device, 1, pack_marlin(w, false, what)),
         bias_(bias_on_device(device, w)),
-        sms_(multiprocessors(device)) {}
+        sms_(device_attribute(device, cudaDevAttrMultiProcessorCount, "multiprocessor count")),
+        fits_f16_(dequantized_fits_f16(w)),
+        cublas_(std::move(cublas)) {}
   size_t bytes() const override { return stack_.bytes() + bias_.bytes(); }
   void forward(const sdk::ForwardArgs& f, const sdk::Exec& e) const override {
     DeviceGuard guard(device_);
@@ -54,6 +75,17 @@ class MarlinLinearPrepared : public sdk::Prepared {
     a.bias = bias_.as<const float>();
     a.M = f.M;
     const cudaStream_t stream = static_cast<cudaStream_t>(e.stream);
+    if (a.M >= dequant_gemm_rows(a.w.K, a.w.N) && dequant_gemm_takes(a) &&
+        (a.x_dtype != DType::f16 || fits_f16_)) {
+      const std::string what = std::string(desc().name) + ": linear_marlin large-M GEMM";
+      const DequantGemmPlan plan = plan_dequant_gemm(a);
+      StreamScratch scratch(plan.scratch_bytes(), stream, what);
+      PooledHandle handle(*cublas_, device_);
+      const std::string failed =
+          run_dequant_gemm(a, plan, handle.get(), scratch.at<void>(), stream);
+      if (!failed.empty()) throw sdk::PluginError(NIBBLE_INTERNAL, what + ": " + failed);
+      return;
+    }
     check(launch_marlin(a, sms_, stream), std::string(desc().name) + ": linear_marlin launch");
   }
 
@@ -62,6 +94,8 @@ class MarlinLinearPrepared : public sdk::Prepared {
   MarlinStack stack_;
   DeviceBuffer bias_;
   int sms_;
+  bool fits_f16_;  // f16 activations may take the dequantizing GEMM
+  std::shared_ptr<CublasPool> cublas_;
 };
 
 class GeneralLinearPrepared : public sdk::Prepared {
@@ -92,6 +126,7 @@ class GeneralLinearPrepared : public sdk::Prepared {
 
 class MarlinLinear : public sdk::Kernel {
  public:
+  explicit MarlinLinear(std::shared_ptr<CublasPool> cublas) : cublas_(std::move(cublas)) {}
   sdk::KernelInfo info() const override {
     return kernel_info("linear_marlin", NIBBLE_OP_LINEAR, kMarlinPriority, NIBBLE_MODE_W4A16);
   }
@@ -107,8 +142,11 @@ class MarlinLinear : public sdk::Kernel {
     const std::string what = sdk::portable::layer_name(d);
     sdk::QuantWeight w(*in.quantized, what);
     sdk::portable::require_shape(d, w.N(), w.K());
-    return std::make_unique<MarlinLinearPrepared>(sdk::layer_device(d).device_id, w, what);
+    return std::make_unique<MarlinLinearPrepared>(sdk::layer_device(d).device_id, w, what, cublas_);
   }
+
+ private:
+  std::shared_ptr<CublasPool> cublas_;
 };
 
 class GeneralLinear : public sdk::Kernel {
@@ -130,7 +168,9 @@ class GeneralLinear : public sdk::Kernel {
 
 }  // namespace
 
-std::unique_ptr<sdk::Kernel> make_marlin_linear() { return std::make_unique<MarlinLinear>(); }
+std::unique_ptr<sdk::Kernel> make_marlin_linear(std::shared_ptr<CublasPool> cublas) {
+  return std::make_unique<MarlinLinear>(std::move(cublas));
+}
 std::unique_ptr<sdk::Kernel> make_general_linear() { return std::make_unique<GeneralLinear>(); }
 
 }  // namespace nibble::cuda

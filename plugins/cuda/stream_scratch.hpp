@@ -1,6 +1,8 @@
-// Device scratch for one forward, taken and given back in stream order (cudaMallocAsync /
+// Device scratch for one forward, taken and given back in stream order (cudaMallocFromPoolAsync /
 // cudaFreeAsync on the call's stream): concurrent forwards on one prepared weight each get their
-// own, and nothing waits for the device.
+// own, and nothing waits for the device. The memory comes from the backend's own pool per device,
+// which keeps up to kScratchKeptBytes between calls: the device's default pool gives everything
+// back to the driver at each synchronization, and the next call would map it again.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,13 +14,26 @@
 
 namespace nibble::cuda {
 
-/// `bytes` of device memory valid for the work queued on `stream` until this object dies.
+/// What the scratch pool of a device keeps mapped between calls.
+constexpr size_t kScratchKeptBytes = size_t(256) << 20;
+
+/// The scratch pool of `device` (made on first use); throws when CUDA cannot make it.
+cudaMemPool_t scratch_pool(int device);
+
+/// Destroy every scratch pool (at the backend's shutdown; memory still in use is released when
+/// its last free completes).
+void release_scratch_pools() noexcept;
+
+/// `bytes` of device memory on the current device, valid for the work queued on `stream` until
+/// this object dies.
 class StreamScratch {
  public:
   StreamScratch(size_t bytes, cudaStream_t stream, const std::string& what) : stream_(stream) {
     if (bytes == 0) return;
-    check(cudaMallocAsync(&p_, bytes, stream),
-          what + ": cudaMallocAsync of " + std::to_string(bytes) + " bytes of scratch");
+    int device = 0;
+    check(cudaGetDevice(&device), what + ": cudaGetDevice");
+    check(cudaMallocFromPoolAsync(&p_, bytes, scratch_pool(device), stream),
+          what + ": cudaMallocFromPoolAsync of " + std::to_string(bytes) + " bytes of scratch");
   }
   ~StreamScratch() {
     if (p_) cudaFreeAsync(p_, stream_);

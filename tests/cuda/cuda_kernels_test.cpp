@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
+#include "dequant_gemm.hpp"
 #include "general_weight.hpp"
 #include "marlin_weight.hpp"
 
@@ -51,38 +52,66 @@ void check_linear(const LinearCase& c, const CanonicalWeight& w, const Launch& l
   std::printf("  %-90s rel err %.3g\n", c.label().c_str(), err);
 }
 
-// One of the two Marlin kernels on case c: the small-M streaming kernel (its split in
-// c.config), or the tiled one (config.cluster picks its split of K; 0: its own choice).
-void run_marlin_kernel(const LinearCase& c, bool tiled) {
+// The activations, outputs (dense, in the case's dtype) and bias of case c in a kernel's arguments.
+template <class Args>
+void set_io(Args& a, const LinearCase& c, void* x, void* y, const float* bias) {
+  a.x = x;
+  a.ldx = c.spec.K;
+  a.x_dtype = dtype_of(c.act);
+  a.y = y;
+  a.ldy = c.spec.N;
+  a.bias = bias;
+  a.M = c.M;
+}
+
+// y = x·Wᵀ on the Marlin weight in `stack` for case c.
+cuda::GemmArgs marlin_args(const LinearCase& c, const cuda::MarlinStack& stack, void* x, void* y,
+                           const float* bias) {
+  cuda::GemmArgs a;
+  a.w = stack.view();
+  set_io(a, c, x, y, bias);
+  a.y_dtype = a.x_dtype;
+  return a;
+}
+
+// The Marlin paths: the small-M streaming kernel (its split in c.config), the tiled one
+// (config.cluster picks its split of K; 0: its own choice), or the dequantizing GEMM
+// (launch_marlin_dequant, then cuBLAS) in shares of `chunk_cols` outputs (0: its own plan).
+enum class MarlinPath { stream, tiled, dequant };
+void run_marlin_kernel(const LinearCase& c, MarlinPath path, int64_t chunk_cols = 0) {
   const CanonicalWeight w = random_weight(c.spec);
   const nibble_canonical_weight cw = w.view();
   const cuda::MarlinHost host = cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w");
   const cuda::MarlinStack stack(0, 1, host);
   const std::vector<float> bias = bias_f32(w);
   DeviceArray dbias(bias);
+  cublasHandle_t handle = nullptr;
+  if (path == MarlinPath::dequant) ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
   check_linear(c, w, [&](void* x, void* y) {
-    cuda::GemmArgs a;
-    a.w = stack.view();
-    a.x = x;
-    a.ldx = c.spec.K;
-    a.x_dtype = dtype_of(c.act);
-    a.y = y;
-    a.ldy = c.spec.N;
-    a.y_dtype = dtype_of(c.act);
-    a.bias = bias.empty() ? nullptr : dbias.as<float>();
-    a.M = c.M;
-    if (!tiled) {
+    const cuda::GemmArgs a =
+        marlin_args(c, stack, x, y, bias.empty() ? nullptr : dbias.as<float>());
+    if (path == MarlinPath::stream) {
       cuda_ok(cuda::launch_marlin_stream(a, c.config, nullptr), "launch_marlin_stream");
-      return;
+    } else if (path == MarlinPath::tiled) {
+      ASSERT_TRUE(cuda::tiled_takes(a));
+      const int cluster = c.config.cluster ? c.config.cluster : cuda::choose_tiled_cluster(a, 132);
+      cuda_ok(cuda::launch_marlin_tiled(a, cluster, nullptr), "launch_marlin_tiled");
+    } else {
+      ASSERT_TRUE(cuda::dequant_gemm_takes(a));
+      const cuda::DequantGemmPlan plan = cuda::plan_dequant_gemm(a, chunk_cols);
+      DeviceArray scratch(plan.scratch_bytes());
+      EXPECT_EQ(cuda::run_dequant_gemm(a, plan, handle, scratch.get(), nullptr), "");
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
-    ASSERT_TRUE(cuda::tiled_takes(a));
-    const int cluster = c.config.cluster ? c.config.cluster : cuda::choose_tiled_cluster(a, 132);
-    cuda_ok(cuda::launch_marlin_tiled(a, cluster, nullptr), "launch_marlin_tiled");
   });
+  if (handle) cublasDestroy(handle);
 }
 
-void run_marlin(const LinearCase& c) { run_marlin_kernel(c, false); }
-void run_tiled(const LinearCase& c) { run_marlin_kernel(c, true); }
+void run_marlin(const LinearCase& c) { run_marlin_kernel(c, MarlinPath::stream); }
+void run_tiled(const LinearCase& c) { run_marlin_kernel(c, MarlinPath::tiled); }
+void run_dequant_gemm_case(const LinearCase& c, int64_t chunk_cols) {
+  run_marlin_kernel(c, MarlinPath::dequant, chunk_cols);
+}
 
 void run_general(const LinearCase& c) {
   const CanonicalWeight w = random_weight(c.spec);
@@ -93,13 +122,7 @@ void run_general(const LinearCase& c) {
   check_linear(c, w, [&](void* x, void* y) {
     cuda::GeneralArgs a;
     a.w = gw.view();
-    a.x = x;
-    a.ldx = c.spec.K;
-    a.x_dtype = dtype_of(c.act);
-    a.y = y;
-    a.ldy = c.spec.N;
-    a.bias = bias.empty() ? nullptr : dbias.as<float>();
-    a.M = c.M;
+    set_io(a, c, x, y, bias.empty() ? nullptr : dbias.as<float>());
     cuda_ok(cuda::launch_general(a, nullptr), "launch_general");
   });
 }
@@ -381,6 +404,112 @@ TEST(CudaMarlinTiled, RowsDtypesGroupingsAndSplits) {
     run_tiled({spec(2048, 384, 4, 128, false, false, f16, 58), 150, bf16, {1, C}});
     run_tiled({spec(1024, 128, 8, -1, true, false, bf16, 59), 64, f16, {1, C}});
   }
+}
+
+// Every weight dequantized from the Marlin layout is (q − z)·s with the fp32 scale, rounded once
+// to the output dtype, at its (output, input channel) — bit for bit, act-order included — and a
+// share [n0, n1) writes its rows and nothing past them.
+TEST(CudaMarlinDequant, EveryWeightIsTheRoundedProductAtItsPlace) {
+  NIBBLE_REQUIRE_GPU();
+  const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
+  const QuantSpec specs[] = {
+      spec(256, 192, 4, 128, true, false, f16, 61), spec(512, 128, 4, 64, false, false, bf16, 62),
+      spec(384, 64, 4, -1, false, false, f32, 63),  spec(512, 128, 4, 128, true, true, f16, 64),
+      spec(256, 128, 8, 32, false, false, f16, 65), spec(512, 64, 8, 64, true, true, f32, 66),
+      spec(384, 128, 8, -1, true, false, bf16, 67),
+  };
+  for (const QuantSpec& sp : specs)
+    for (DLDataType out : {bf16, f16}) {
+      const CanonicalWeight w = random_weight(sp);
+      const nibble_canonical_weight cw = w.view();
+      const cuda::MarlinHost host = cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w");
+      const cuda::MarlinStack stack(0, 1, host);
+      const int64_t n0 = w.N > 64 ? 64 : 0, n1 = w.N, ld = w.K + 16;
+      const std::vector<uint16_t> sentinel(size_t((n1 - n0) * ld), uint16_t(0x7FC1));
+      DeviceArray d(sentinel);
+      cuda_ok(
+          cuda::launch_marlin_dequant(stack.view(), n0, n1, dtype_of(out), d.get(), ld, nullptr),
+          "launch_marlin_dequant");
+      const std::vector<uint8_t> raw = d.download();
+      const uint16_t* got = reinterpret_cast<const uint16_t*>(raw.data());
+      size_t wrong = 0, touched_padding = 0;
+      for (int64_t n = n0; n < n1; ++n) {
+        for (int64_t k = 0; k < w.K; ++k) {
+          const int64_t g = w.group_of(k);
+          const float qz = float(int(w.q[size_t(n * w.K + k)]) - int(w.zeros[size_t(g * w.N + n)]));
+          const float v = qz * float(w.scale(g, n));
+          const uint16_t want = out.code == kDLBfloat ? sdk::f32_to_bf16(v) : sdk::f32_to_f16(v);
+          const uint16_t have = got[size_t((n - n0) * ld + k)];
+          if (have != want && wrong++ < 5)
+            ADD_FAILURE() << sp.bits << "-bit g" << sp.group_size << " seed " << sp.seed << " out "
+                          << sdk::dtype_name(out) << ": (n " << n << ", k " << k << ") holds 0x"
+                          << std::hex << have << ", expected 0x" << want << std::dec;
+        }
+        for (int64_t k = w.K; k < ld; ++k)
+          touched_padding += got[size_t((n - n0) * ld + k)] != 0x7FC1;
+      }
+      EXPECT_EQ(wrong, 0u) << "seed " << sp.seed;
+      EXPECT_EQ(touched_padding, 0u) << "seed " << sp.seed << ": wrote past K";
+    }
+  // Shares that are not multiples of 64, or past N, are refused.
+  const CanonicalWeight w = random_weight(spec(256, 128, 4, 128, true));
+  const nibble_canonical_weight cw = w.view();
+  const cuda::MarlinStack stack(0, 1, cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w"));
+  EXPECT_EQ(
+      cuda::launch_marlin_dequant(stack.view(), 32, 128, cuda::DType::bf16, nullptr, 256, nullptr),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(
+      cuda::launch_marlin_dequant(stack.view(), 0, 192, cuda::DType::bf16, nullptr, 256, nullptr),
+      cudaErrorInvalidValue);
+}
+
+// The large-M plan (host code, no GPU needed): where it starts, one share up to 256 MiB of
+// dequantized weight, equal shares of whole runs within it beyond, shares forced by the caller
+// rounded up to a run.
+TEST(CudaDequantGemm, PlanKeepsTheScratchWithinItsCap) {
+  cuda::GemmArgs a;
+  a.M = 1024;
+  for (const auto& [K, N] : std::vector<std::pair<int64_t, int64_t>>{
+           {4096, 14336}, {14336, 4096}, {8192, 28672}, {28672, 8192}, {16384, 53248}, {128, 64}}) {
+    a.w.K = K;
+    a.w.N = N;
+    const cuda::DequantGemmPlan p = cuda::plan_dequant_gemm(a);
+    const std::string at = std::to_string(K) + "x" + std::to_string(N);
+    EXPECT_EQ(p.chunk_cols % 64, 0) << at;
+    EXPECT_GT(p.chunk_cols, 0) << at;
+    EXPECT_LE(p.weight_bytes, size_t(256) << 20) << at;
+    EXPECT_GE(p.weight_bytes, size_t(2 * K * p.chunk_cols)) << at;
+    EXPECT_EQ(p.sum_bytes, 0u) << at << ": no bias, no fp32 sums";
+    if (2 * K * N <= (int64_t(256) << 20)) EXPECT_EQ(p.chunk_cols, N) << at;
+    const int64_t shares = (N + p.chunk_cols - 1) / p.chunk_cols;
+    const int64_t last = N - (shares - 1) * p.chunk_cols;
+    EXPECT_GT(last + 64 * shares, p.chunk_cols) << at << ": the last share much smaller";
+  }
+  // Where the path starts: 49 rows from 4096 × 4096 up, 65 below.
+  EXPECT_EQ(cuda::dequant_gemm_rows(4096, 4096), 49);
+  EXPECT_EQ(cuda::dequant_gemm_rows(14336, 4096), 49);
+  EXPECT_EQ(cuda::dequant_gemm_rows(2048, 2048), 65);
+  a.w.K = 512;
+  a.w.N = 640;
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 100).chunk_cols, 128);
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 5000).chunk_cols, 640);
+  float bias = 0;
+  a.bias = &bias;
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 128).sum_bytes, size_t(1024 * 128 * 4));
+}
+
+// The large-M path end to end against float64: shares of one run, of a few runs and the whole
+// weight, with and without bias, 4- and 8-bit, act-order, f16 and bf16 activations.
+TEST(CudaDequantGemm, SharesBiasesAndDtypes) {
+  NIBBLE_REQUIRE_GPU();
+  const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
+  for (DLDataType act : {bf16, f16})
+    for (int64_t chunk : {0, 64, 192}) {
+      run_dequant_gemm_case({spec(1024, 320, 4, 128, true, false, f16, 71), 65, act}, chunk);
+      run_dequant_gemm_case({spec(512, 256, 4, 64, true, true, bf16, 72), 300, act}, chunk);
+      run_dequant_gemm_case({spec(384, 128, 8, -1, false, false, f32, 73), 130, act}, chunk);
+    }
+  run_dequant_gemm_case({spec(4096, 1024, 4, 128, true, false, f16, 75), 1024, bf16}, 0);
 }
 
 TEST(CudaGeneral, AnyGroupingZeroAndWidth) {

@@ -92,7 +92,7 @@ void run_linear_cases(const Linear& c) {
   const std::unique_ptr<PreparedLayer> p = prepare_linear(k, d, w);
   EXPECT_GT(p->bytes(), size_t(w.K * w.N * w.bits / 8));
   for (DLDataType dt : {sdk::dtype_bf16(), sdk::dtype_f16(), sdk::dtype_f32()})
-    for (int64_t M : {1, 3, 16, 64, 300}) {
+    for (int64_t M : {1, 3, 16, 64, 65, 300}) {
       const Activations x = random_activations(M, w.K, dt, uint32_t(M) + c.spec.seed);
       const int64_t ld = M % 2 == 1 ? w.K + 8 : 0;  // odd M: a row stride past K
       DeviceTensor dx(M, w.K, dt, ld), dy(M, w.N, dt, M % 2 == 1 ? w.N + 3 : 0);

@@ -103,6 +103,13 @@ cudaError_t launch_marlin_tiled(const GemmArgs& a, int cluster, cudaStream_t str
 /// Whether launch_marlin_tiled takes `a`.
 bool tiled_takes(const GemmArgs& a);
 
+/// Queue W's outputs [n0, n1) (multiples of 64) dequantized as (q − z)·s, the fp32 scale applied
+/// and the product rounded once to `out` (f16 or bf16), into dst[n − n0][k] with a row stride of
+/// `ld` elements and k the input channel (act-order rows go back to their channels); without
+/// act-order dst is 16-byte aligned and ld a multiple of 8.
+cudaError_t launch_marlin_dequant(const MarlinDevice& w, int64_t n0, int64_t n1, DType out,
+                                  void* dst, int64_t ld, cudaStream_t stream);
+
 /// Queue y = x·Wᵀ on the Marlin layout with the kernel that suits M and the dtypes (the small-M
 /// streaming kernel, or the tiled one for large M), on a device of `sm_count` multiprocessors.
 cudaError_t launch_marlin(const GemmArgs& a, int sm_count, cudaStream_t stream);

@@ -1,0 +1,87 @@
+// The large-M path: dequantize a share of the outputs, multiply it with cuBLAS, next share.
+#include "dequant_gemm.hpp"
+
+#include <algorithm>
+#include <climits>
+
+namespace nibble::cuda {
+
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::f32 ? CUDA_R_32F : t == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+// The most scratch one call's dequantized weight takes; a larger weight is cut into equal shares.
+constexpr int64_t kMostWeightBytes = int64_t(256) << 20;
+
+}  // namespace
+
+int64_t dequant_gemm_rows(int64_t K, int64_t N) { return K * N >= (int64_t(1) << 24) ? 49 : 65; }
+
+bool dequant_gemm_takes(const GemmArgs& a) {
+  return a.items == nullptr && a.epilogue == Epilogue::store && a.x_dtype != DType::f32 &&
+         a.y_dtype == a.x_dtype && a.w.K % 16 == 0 && a.w.N % 64 == 0 && a.w.K <= INT_MAX &&
+         a.w.N <= INT_MAX && a.M <= INT_MAX && a.ldx <= INT_MAX && a.ldy <= INT_MAX &&
+         (a.w.bits == 4 || a.w.bits == 8);
+}
+
+DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols) {
+  const int64_t K = a.w.K, N = a.w.N;
+  if (K <= 0 || N <= 0) return DequantGemmPlan{};
+  // One share where the scratch allows: on an H200, shares sized to stay in L2 were slower at
+  // every M from 128 to 1024 (cuBLAS on fewer columns fills the device worse than reading its
+  // operand back from HBM costs; docs/cuda.md).
+  int64_t cols = N;
+  if (chunk_cols > 0) {
+    cols = std::clamp<int64_t>((chunk_cols + 63) / 64 * 64, 64, N);
+  } else if (2 * K * N > kMostWeightBytes) {
+    const int64_t shares = (2 * K * N + kMostWeightBytes - 1) / kMostWeightBytes;
+    cols = std::min<int64_t>(N, ((N + shares - 1) / shares + 63) / 64 * 64);
+  }
+  DequantGemmPlan p;
+  p.chunk_cols = cols;
+  p.weight_bytes = size_t(K) * size_t(cols) * 2;
+  p.weight_bytes = (p.weight_bytes + 255) / 256 * 256;
+  p.sum_bytes = a.bias ? size_t(a.M) * size_t(cols) * 4 : 0;
+  return p;
+}
+
+std::string run_dequant_gemm(const GemmArgs& a, const DequantGemmPlan& plan, cublasHandle_t handle,
+                             void* scratch, cudaStream_t stream) {
+  if (!dequant_gemm_takes(a)) return "the dequantizing GEMM does not take this call";
+  if (a.M == 0 || a.w.N == 0) return "";
+  if (plan.chunk_cols <= 0 || plan.chunk_cols % 64 != 0) return "a plan with no valid share";
+  if (cublasStatus_t s = cublasSetStream(handle, stream); s != CUBLAS_STATUS_SUCCESS)
+    return std::string("cublasSetStream: ") + cublasGetStatusString(s);
+  const int64_t K = a.w.K, N = a.w.N, M = a.M;
+  const size_t es = dtype_size(a.x_dtype);
+  void* wd = scratch;
+  float* sums = reinterpret_cast<float*>(static_cast<char*>(scratch) + plan.weight_bytes);
+  const float one = 1.f, zero = 0.f;
+  for (int64_t n0 = 0; n0 < N; n0 += plan.chunk_cols) {
+    const int64_t n1 = std::min(N, n0 + plan.chunk_cols), cols = n1 - n0;
+    if (cudaError_t e = launch_marlin_dequant(a.w, n0, n1, a.x_dtype, wd, K, stream);
+        e != cudaSuccess)
+      return std::string("dequantizing the weight: ") + cudaGetErrorName(e);
+    // Column-major view: yᵀ [cols][M] = Wd [cols][K] · xᵀ [K][M], Wd row-major = Wdᵀ column-major.
+    void* c = a.bias ? static_cast<void*>(sums) : static_cast<char*>(a.y) + size_t(n0) * es;
+    const int64_t ldc = a.bias ? cols : a.ldy;
+    const cudaDataType_t ct = a.bias ? CUDA_R_32F : cuda_type(a.y_dtype);
+    if (cublasStatus_t s =
+            cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(cols), int(M), int(K), &one, wd,
+                         cuda_type(a.x_dtype), int(K), a.x, cuda_type(a.x_dtype), int(a.ldx), &zero,
+                         c, ct, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        s != CUBLAS_STATUS_SUCCESS)
+      return std::string("cublasGemmEx: ") + cublasGetStatusString(s);
+    if (a.bias)
+      if (cudaError_t e =
+              launch_finish(sums, cols, a.bias + n0, static_cast<char*>(a.y) + size_t(n0) * es,
+                            a.ldy, a.y_dtype, M, cols, stream);
+          e != cudaSuccess)
+        return std::string("adding the bias: ") + cudaGetErrorName(e);
+  }
+  return "";
+}
+
+}  // namespace nibble::cuda

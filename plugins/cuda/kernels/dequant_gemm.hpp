@@ -1,0 +1,47 @@
+// The large-M path of the Marlin layout: the weight dequantized, a share of its outputs at a time,
+// into device scratch by launch_marlin_dequant, each share multiplied by cuBLAS (bf16 or f16
+// operands, fp32 accumulation). At large M a GEMM is bound by its tensor-core rate, which cuBLAS
+// reaches with Hopper's warpgroup MMA and TMA; dequantizing costs one pass over the weight.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "launch.hpp"
+
+namespace nibble::cuda {
+
+/// The fewest rows for which the linear layers take this path (below, the small-M kernel, whose
+/// time grows with every 16 rows while this path's barely moves with M). On an H200: 49 from
+/// 4096×4096 up (faster there at 48 and 56 rows, even at 40), 65 below (2048×2048 keeps the
+/// small-M kernel faster through 64 rows; docs/cuda.md).
+int64_t dequant_gemm_rows(int64_t K, int64_t N);
+
+/// Whether the path can run `a`: f16 or bf16 activations, y of x's dtype, no MoE items, the store
+/// epilogue, K and N within cuBLAS's 32-bit sizes and the Marlin shape rules (K % 16, N % 64).
+/// (With f16 activations the caller also checks that no dequantized weight overflows f16.)
+bool dequant_gemm_takes(const GemmArgs& a);
+
+/// How one call is cut: outputs in shares of `chunk_cols` columns (a multiple of 64), each
+/// dequantized into `weight_bytes` of scratch, plus `sum_bytes` of fp32 sums when a bias is added.
+struct DequantGemmPlan {
+  int64_t chunk_cols = 0;
+  size_t weight_bytes = 0, sum_bytes = 0;
+  size_t scratch_bytes() const { return weight_bytes + sum_bytes; }
+};
+
+/// The plan for `a`: all outputs in one share while their dequantized weight takes at most 256 MiB,
+/// else equal shares within that. `chunk_cols` > 0 forces the share (rounded up to 64; for
+/// benchmarks and tests).
+DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols = 0);
+
+/// Queue y = x·Wᵀ (+ bias) on `stream` with `handle` (its stream is set here) and `scratch` of at
+/// least plan.scratch_bytes() bytes. "" on success, else what failed (a launch, a cuBLAS status).
+std::string run_dequant_gemm(const GemmArgs& a, const DequantGemmPlan& plan, cublasHandle_t handle,
+                             void* scratch, cudaStream_t stream);
+
+}  // namespace nibble::cuda
