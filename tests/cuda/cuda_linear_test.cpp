@@ -4,6 +4,7 @@
 // Marlin refuses (each refusal names its reason), cuBLAS for dense layers.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,36 @@ TEST(CudaPluginLinear, GeneralKernelTakesWhatMarlinRefuses) {
   QuantSpec v1 = spec(256, 64, 4, 128, false, false, 16);
   v1.v1_zero16 = true;  // GPTQ v1: zero points 1..16
   run_linear_cases({v1, "linear_general", "does not fit Marlin's uint4 zero points"});
+}
+
+// Weights whose dequantized values pass f16's range (|q − z|·s up to 15 × 9000) with small f16
+// activations whose products fit: the large-M path would write infinities into an f16 weight, so
+// f16 calls stay on the tiled kernel, and bf16 calls (whose range holds them) take that path.
+TEST(CudaPluginLinear, MarlinKeepsF16WeightsWithinTheirRange) {
+  NIBBLE_REQUIRE_GPU();
+  CanonicalWeight w = random_weight(spec(512, 128, 4, 128, false, false, 18, sdk::dtype_f32()));
+  std::mt19937 rng(18);
+  std::uniform_real_distribution<float> big(5000.f, 9000.f);
+  for (size_t i = 0; i < w.scales.size() / 4; ++i)
+    sdk::store_float(w.scales.data(), w.scales_dtype, i, (i % 2 ? -1.f : 1.f) * big(rng));
+  const nibble_layer_desc d = on_cuda(linear_desc(w));
+  const nibble_kernel* k = cuda_plugin().kernel("linear_marlin");
+  ASSERT_EQ(why_not(k, d), "");
+  const std::unique_ptr<PreparedLayer> p = prepare_linear(k, d, w);
+  for (DLDataType dt : {sdk::dtype_f16(), sdk::dtype_bf16()})
+    for (int64_t M : {16, 65, 300}) {
+      Activations x = random_activations(M, w.K, dt, uint32_t(M) + 18);
+      for (size_t i = 0; i < x.values.size(); ++i) {  // outputs of ~|100|, far inside f16
+        sdk::store_float(x.bytes.data(), dt, i, x.values[i] * 1e-4f);
+        x.values[i] = sdk::load_float(x.bytes.data(), dt, i);
+      }
+      DeviceTensor dx(M, w.K, dt), dy(M, w.N, dt);
+      dx.upload(x.bytes);
+      const DeviceRun r = run_on_device(*p, dx, dy, reference_linear(w, x.values, M));
+      ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+      EXPECT_EQ(r.not_finite, 0u) << sdk::dtype_name(dt) << " M" << M;
+      EXPECT_LE(r.rel_error, bound_for(dt)) << sdk::dtype_name(dt) << " M" << M;
+    }
 }
 
 // A zero point of 16 the descriptor did not announce: Marlin finds out at prepare and says so.
