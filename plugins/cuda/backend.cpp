@@ -24,6 +24,8 @@ class CudaBackend : public sdk::Backend {
       "NVIDIA GPUs (sm_90+): GPTQ/AWQ linear and MoE on the Marlin layout with tensor cores, a "
       "general layout for the rest, cuBLAS for dense layers";
 
+  CudaBackend() { retain_scratch_pools(); }
+
   sdk::Probe probe() override {
     const ProbeResult r = probe_devices();
     sdk::Probe p;
@@ -45,12 +47,14 @@ class CudaBackend : public sdk::Backend {
   sdk::DeviceMemory* device_memory() override { return &memory_; }
   void shutdown() override {
     cublas_->clear();
-    release_scratch_pools();
+    if (!released_) release_scratch_pools();  // once per load, however often a host calls this
+    released_ = true;
   }
 
  private:
   CudaDeviceMemory memory_;
   std::shared_ptr<CublasPool> cublas_ = std::make_shared<CublasPool>();
+  bool released_ = false;
 };
 
 }  // namespace nibble::cuda

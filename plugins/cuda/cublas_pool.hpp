@@ -1,6 +1,7 @@
-// cuBLAS handles for the dense kernel: one pool per load, a handle taken for the length of one
-// call (cublasSetStream on a handle another thread is using would move its work), created lazily
-// per device and destroyed at shutdown, while the CUDA runtime is still alive.
+// cuBLAS handles for the dense kernel and linear_marlin's large-M path: one pool per load, a handle
+// taken for the length of one call (cublasSetStream on a handle another thread is using would move
+// its work), created lazily per device and destroyed at shutdown, while the CUDA runtime is still
+// alive.
 #pragma once
 
 #include <cublas_v2.h>

@@ -24,9 +24,13 @@ std::string why_not_device(const nibble_layer_desc& d);
 /// The checks every quantized kernel here shares (numeric mode, bits, shape, dtypes, device).
 std::string why_not_quantized(const nibble_layer_desc& d);
 
+/// `linear_marlin`: the Marlin layout's kernels, cuBLAS (from `cublas`) behind its large-M path.
 std::unique_ptr<sdk::Kernel> make_marlin_linear(std::shared_ptr<CublasPool> cublas);
+/// `linear_general`: every valid quantized weight, in the general layout.
 std::unique_ptr<sdk::Kernel> make_general_linear();
+/// `dense_cublas`: f32/f16/bf16 weights through cuBLAS handles from `cublas`.
 std::unique_ptr<sdk::Kernel> make_dense(std::shared_ptr<CublasPool> cublas);
+/// `moe_marlin`: the fused MoE on Marlin-layout experts.
 std::unique_ptr<sdk::Kernel> make_marlin_moe();
 
 }  // namespace nibble::cuda

@@ -11,6 +11,9 @@ namespace {
 
 std::mutex pools_mutex;
 std::vector<cudaMemPool_t> pools;  // by device; null until made
+// Loads of the plugin not yet shut down: one load's shutdown must not destroy a pool that another
+// load's forward is about to allocate from.
+int live_loads = 0;
 
 }  // namespace
 
@@ -38,8 +41,14 @@ cudaMemPool_t scratch_pool(int device) {
   return pool;
 }
 
+void retain_scratch_pools() noexcept {
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  ++live_loads;
+}
+
 void release_scratch_pools() noexcept {
   std::lock_guard<std::mutex> lock(pools_mutex);
+  if (live_loads > 0 && --live_loads > 0) return;
   for (cudaMemPool_t& pool : pools)
     if (pool) cudaMemPoolDestroy(pool);
   pools.clear();

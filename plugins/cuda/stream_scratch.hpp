@@ -1,8 +1,9 @@
 // Device scratch for one forward, taken and given back in stream order (cudaMallocFromPoolAsync /
 // cudaFreeAsync on the call's stream): concurrent forwards on one prepared weight each get their
-// own, and nothing waits for the device. The memory comes from the backend's own pool per device,
-// which keeps up to kScratchKeptBytes between calls: the device's default pool gives everything
-// back to the driver at each synchronization, and the next call would map it again.
+// own, and nothing waits for the device. The memory comes from the plugin's own pool per device
+// (shared by its loads), which keeps up to kScratchKeptBytes between calls: the device's default
+// pool gives everything back to the driver at each synchronization, and the next call would map it
+// again.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,8 +21,11 @@ constexpr size_t kScratchKeptBytes = size_t(256) << 20;
 /// The scratch pool of `device` (made on first use); throws when CUDA cannot make it.
 cudaMemPool_t scratch_pool(int device);
 
-/// Destroy every scratch pool (at the backend's shutdown; memory still in use is released when
-/// its last free completes).
+/// Count one more load of the plugin that may use the scratch pools (at the backend's creation).
+void retain_scratch_pools() noexcept;
+
+/// End one load's use of the pools; the last load's release destroys every pool (memory still in
+/// use is released when its last free completes).
 void release_scratch_pools() noexcept;
 
 /// `bytes` of device memory on the current device, valid for the work queued on `stream` until

@@ -86,7 +86,9 @@ void run_marlin_kernel(const LinearCase& c, MarlinPath path, int64_t chunk_cols 
   const std::vector<float> bias = bias_f32(w);
   DeviceArray dbias(bias);
   cublasHandle_t handle = nullptr;
-  if (path == MarlinPath::dequant) ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  if (path == MarlinPath::dequant) {
+    ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  }
   check_linear(c, w, [&](void* x, void* y) {
     const cuda::GemmArgs a =
         marlin_args(c, stack, x, y, bias.empty() ? nullptr : dbias.as<float>());
@@ -408,7 +410,7 @@ TEST(CudaMarlinTiled, RowsDtypesGroupingsAndSplits) {
 
 // Every weight dequantized from the Marlin layout is (q − z)·s with the fp32 scale, rounded once
 // to the output dtype, at its (output, input channel) — bit for bit, act-order included — and a
-// share [n0, n1) writes its rows and nothing past them.
+// share starting past output 0 writes its rows and, in each, nothing past K.
 TEST(CudaMarlinDequant, EveryWeightIsTheRoundedProductAtItsPlace) {
   NIBBLE_REQUIRE_GPU();
   const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
@@ -470,7 +472,13 @@ TEST(CudaDequantGemm, PlanKeepsTheScratchWithinItsCap) {
   cuda::GemmArgs a;
   a.M = 1024;
   for (const auto& [K, N] : std::vector<std::pair<int64_t, int64_t>>{
-           {4096, 14336}, {14336, 4096}, {8192, 28672}, {28672, 8192}, {16384, 53248}, {128, 64}}) {
+           {4096, 14336},
+           {14336, 4096},
+           {8192, 28672},
+           {28672, 8192},
+           {16384, 53248},
+           {128, 64},
+           {12288, 21824}}) {  // two shares of 10944 would pass the cap; three fit
     a.w.K = K;
     a.w.N = N;
     const cuda::DequantGemmPlan p = cuda::plan_dequant_gemm(a);
@@ -480,7 +488,9 @@ TEST(CudaDequantGemm, PlanKeepsTheScratchWithinItsCap) {
     EXPECT_LE(p.weight_bytes, size_t(256) << 20) << at;
     EXPECT_GE(p.weight_bytes, size_t(2 * K * p.chunk_cols)) << at;
     EXPECT_EQ(p.sum_bytes, 0u) << at << ": no bias, no fp32 sums";
-    if (2 * K * N <= (int64_t(256) << 20)) EXPECT_EQ(p.chunk_cols, N) << at;
+    if (2 * K * N <= (int64_t(256) << 20)) {
+      EXPECT_EQ(p.chunk_cols, N) << at;
+    }
     const int64_t shares = (N + p.chunk_cols - 1) / p.chunk_cols;
     const int64_t last = N - (shares - 1) * p.chunk_cols;
     EXPECT_GT(last + 64 * shares, p.chunk_cols) << at << ": the last share much smaller";

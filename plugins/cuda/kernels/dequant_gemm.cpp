@@ -36,7 +36,10 @@ DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols) {
   if (chunk_cols > 0) {
     cols = std::clamp<int64_t>((chunk_cols + 63) / 64 * 64, 64, N);
   } else if (2 * K * N > kMostWeightBytes) {
-    const int64_t shares = (2 * K * N + kMostWeightBytes - 1) / kMostWeightBytes;
+    // As few equal shares as the widest one within the cap allows: each no wider than it, so
+    // rounding a share up to whole runs cannot pass the cap (one run where K alone passes it).
+    const int64_t widest = std::max<int64_t>(64, kMostWeightBytes / (2 * K) / 64 * 64);
+    const int64_t shares = (N + widest - 1) / widest;
     cols = std::min<int64_t>(N, ((N + shares - 1) / shares + 63) / 64 * 64);
   }
   DequantGemmPlan p;

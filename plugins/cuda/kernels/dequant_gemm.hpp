@@ -35,8 +35,8 @@ struct DequantGemmPlan {
 };
 
 /// The plan for `a`: all outputs in one share while their dequantized weight takes at most 256 MiB,
-/// else equal shares within that. `chunk_cols` > 0 forces the share (rounded up to 64; for
-/// benchmarks and tests).
+/// else equal shares of whole runs within that (one run where K alone passes it). `chunk_cols` > 0
+/// forces the share (rounded up to 64; for benchmarks and tests).
 DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols = 0);
 
 /// Queue y = x·Wᵀ (+ bias) on `stream` with `handle` (its stream is set here) and `scratch` of at

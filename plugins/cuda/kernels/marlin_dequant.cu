@@ -24,7 +24,7 @@ constexpr int kTileLd = kSlabsPerWarp * 16 + 8;  // a staged row: 64 inputs + 16
 // 128-byte rows; the padding keeps both the lanes' 4-byte writes (output 8T + l / 4, inputs
 // 2(l % 4) + 16j) and the 16-byte reads of a quarter warp (one row) free of bank conflicts.
 template <class T>
-struct StagedTile {
+struct alignas(16) StagedTile {  // rows are read back as 16-byte words
   T v[64][kTileLd];
 };
 
