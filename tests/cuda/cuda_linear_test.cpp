@@ -138,7 +138,7 @@ TEST(CudaPluginLinear, MarlinKeepsF16WeightsWithinTheirRange) {
   CanonicalWeight w = random_weight(spec(512, 128, 4, 128, false, false, 18, sdk::dtype_f32()));
   std::mt19937 rng(18);
   std::uniform_real_distribution<float> big(5000.f, 9000.f);
-  for (size_t i = 0; i < w.scales.size() / 4; ++i)
+  for (size_t i = 0; i < size_t(w.num_groups * w.N); ++i)
     sdk::store_float(w.scales.data(), w.scales_dtype, i, (i % 2 ? -1.f : 1.f) * big(rng));
   const nibble_layer_desc d = on_cuda(linear_desc(w));
   const nibble_kernel* k = cuda_plugin().kernel("linear_marlin");
