@@ -307,6 +307,23 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
           std::printf(" only-dequant %.1f (%.2f TB/s written)", t,
                       double(whole.weight_bytes) / (t * 1e-6) / 1e12);
         }
+        if (M >= 16 && wgmma_takes(a) && wgmma_available()) {
+          // The warpgroup-MMA kernel with one or two sets of A fragments, at each split of K.
+          std::printf("  wgmma (chosen C%d):", choose_wgmma_cluster(a, dev.sms));
+          for (bool paired : {false, true})
+            for (int C : {1, 2, 3, 4}) {
+              WgmmaConfig c;
+              c.cluster = C;
+              c.paired = paired;
+              const double t =
+                  time_calls(o.iters, dev.stream, [&](int i) {
+                    a.w = view(i % copies);
+                    check_cuda(launch_marlin_wgmma(a, c, dev.stream), "launch_marlin_wgmma");
+                  }).device_us;
+              sweep.push_back({{"kernel", "wgmma"}, {"paired", paired}, {"C", C}, {"us", t}});
+              std::printf(" %sC%d %.1f", paired ? "P" : "", C, t);
+            }
+        }
         if (M >= 16) {
           std::printf("  tiled:");
           for (int C : {1, 2, 3, 4}) {

@@ -81,9 +81,12 @@ class MarlinLinearPrepared : public sdk::Prepared {
       const DequantGemmPlan plan = plan_dequant_gemm(a);
       StreamScratch scratch(plan.scratch_bytes(), stream, what);
       PooledHandle handle(*cublas_, device_);
+      bool out_of_memory = false;
       const std::string failed =
-          run_dequant_gemm(a, plan, handle.get(), scratch.at<void>(), stream);
-      if (!failed.empty()) throw sdk::PluginError(NIBBLE_INTERNAL, what + ": " + failed);
+          run_dequant_gemm(a, plan, handle.get(), scratch.at<void>(), stream, &out_of_memory);
+      if (!failed.empty())
+        throw sdk::PluginError(out_of_memory ? NIBBLE_OUT_OF_MEMORY : NIBBLE_INTERNAL,
+                               what + ": " + failed);
       return;
     }
     check(launch_marlin(a, sms_, stream), std::string(desc().name) + ": linear_marlin launch");

@@ -75,10 +75,12 @@ cuda::GemmArgs marlin_args(const LinearCase& c, const cuda::MarlinStack& stack, 
 }
 
 // The Marlin paths: the small-M streaming kernel (its split in c.config), the tiled one
-// (config.cluster picks its split of K; 0: its own choice), or the dequantizing GEMM
-// (launch_marlin_dequant, then cuBLAS) in shares of `chunk_cols` outputs (0: its own plan).
-enum class MarlinPath { stream, tiled, dequant };
-void run_marlin_kernel(const LinearCase& c, MarlinPath path, int64_t chunk_cols = 0) {
+// (config.cluster picks its split of K; 0: its own choice), the dequantizing GEMM
+// (launch_marlin_dequant, then cuBLAS) in shares of `chunk_cols` outputs (0: its own plan), or
+// the warpgroup-MMA kernel.
+enum class MarlinPath { stream, tiled, dequant, wgmma };
+void run_marlin_kernel(const LinearCase& c, MarlinPath path, int64_t chunk_cols = 0,
+                       int64_t sum_rows = 0, cuda::WgmmaConfig wgmma = {}) {
   const CanonicalWeight w = random_weight(c.spec);
   const nibble_canonical_weight cw = w.view();
   const cuda::MarlinHost host = cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w");
@@ -98,9 +100,12 @@ void run_marlin_kernel(const LinearCase& c, MarlinPath path, int64_t chunk_cols 
       ASSERT_TRUE(cuda::tiled_takes(a));
       const int cluster = c.config.cluster ? c.config.cluster : cuda::choose_tiled_cluster(a, 132);
       cuda_ok(cuda::launch_marlin_tiled(a, cluster, nullptr), "launch_marlin_tiled");
+    } else if (path == MarlinPath::wgmma) {
+      ASSERT_TRUE(cuda::wgmma_takes(a)) << c.label();
+      cuda_ok(cuda::launch_marlin_wgmma(a, wgmma, nullptr), "launch_marlin_wgmma");
     } else {
       ASSERT_TRUE(cuda::dequant_gemm_takes(a));
-      const cuda::DequantGemmPlan plan = cuda::plan_dequant_gemm(a, chunk_cols);
+      const cuda::DequantGemmPlan plan = cuda::plan_dequant_gemm(a, chunk_cols, sum_rows);
       DeviceArray scratch(plan.scratch_bytes());
       EXPECT_EQ(cuda::run_dequant_gemm(a, plan, handle, scratch.get(), nullptr), "");
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -111,8 +116,12 @@ void run_marlin_kernel(const LinearCase& c, MarlinPath path, int64_t chunk_cols 
 
 void run_marlin(const LinearCase& c) { run_marlin_kernel(c, MarlinPath::stream); }
 void run_tiled(const LinearCase& c) { run_marlin_kernel(c, MarlinPath::tiled); }
-void run_dequant_gemm_case(const LinearCase& c, int64_t chunk_cols) {
-  run_marlin_kernel(c, MarlinPath::dequant, chunk_cols);
+void run_dequant_gemm_case(const LinearCase& c, int64_t chunk_cols, int64_t sum_rows = 0) {
+  run_marlin_kernel(c, MarlinPath::dequant, chunk_cols, sum_rows);
+}
+void run_wgmma(const LinearCase& c, cuda::WgmmaConfig config = {}) {
+  std::printf("  wgmma: cluster %d%s\n", config.cluster, config.paired ? ", paired" : "");
+  run_marlin_kernel(c, MarlinPath::wgmma, 0, 0, config);
 }
 
 void run_general(const LinearCase& c) {
@@ -506,6 +515,17 @@ TEST(CudaDequantGemm, PlanKeepsTheScratchWithinItsCap) {
   float bias = 0;
   a.bias = &bias;
   EXPECT_EQ(cuda::plan_dequant_gemm(a, 128).sum_bytes, size_t(1024 * 128 * 4));
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 128).sum_rows, 1024);
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 128, 100).sum_bytes, size_t(100 * 128 * 4));
+  // With a bias, the fp32 sums of a long prefill stay within the cap too, in blocks of rows.
+  a.M = 32768;
+  a.w.K = 4096;
+  a.w.N = 14336;
+  const cuda::DequantGemmPlan p = cuda::plan_dequant_gemm(a);
+  EXPECT_LE(p.sum_bytes, size_t(256) << 20);
+  EXPECT_EQ(p.sum_bytes, size_t(p.sum_rows) * size_t(p.chunk_cols) * 4);
+  EXPECT_GE(p.sum_rows, 4096) << "blocks of rows as large as the cap allows";
+  EXPECT_LT(p.sum_rows, a.M);
 }
 
 // The large-M path end to end against float64: shares of one run, of a few runs and the whole
@@ -520,6 +540,84 @@ TEST(CudaDequantGemm, SharesBiasesAndDtypes) {
       run_dequant_gemm_case({spec(384, 128, 8, -1, false, false, f32, 73), 130, act}, chunk);
     }
   run_dequant_gemm_case({spec(4096, 1024, 4, 128, true, false, f16, 75), 1024, bf16}, 0);
+  // Bias sums in blocks of 64 rows (the last one partial), over one share and over three.
+  for (int64_t chunk : {0, 64})
+    run_dequant_gemm_case({spec(1024, 192, 4, 128, false, false, bf16, 77), 300, bf16}, chunk, 64);
+}
+
+// The warpgroup-MMA kernel against float64: 4-bit weights of every scale dtype and grouping it
+// takes, symmetric and with zero points, with and without bias, row counts that fill or leave
+// part of a 128-row tile, an odd number of 64-wide runs (a block's second run empty), f16 and
+// bf16 activations; and the shapes it refuses.
+TEST(CudaMarlinWgmma, RowsDtypesGroupingsAndTails) {
+  NIBBLE_REQUIRE_GPU();
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "the device is not compute capability 9.0";
+  const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
+  for (DLDataType act : {bf16, f16}) {
+    for (int64_t M : {1, 77, 128, 300})
+      run_wgmma({spec(1024, 320, 4, 128, true, false, f16, 81), M, act});
+    run_wgmma({spec(512, 256, 4, 64, false, false, bf16, 82), 200, act});
+    run_wgmma({spec(768, 192, 4, -1, true, false, f32, 83), 129, act});
+    run_wgmma({spec(4096, 1024, 4, 128, false, false, f16, 84), 1024, act});
+  }
+  // Both fragment schemes at every split of K (the ranks' stages uneven where 4 does not divide
+  // them; 2 stages for the 128-input case, so a rank may have none), with and without bias.
+  for (bool paired : {false, true})
+    for (int C : {1, 2, 3, 4}) {
+      const cuda::WgmmaConfig config{C, paired};
+      run_wgmma({spec(1280, 320, 4, 128, true, false, f16, 85), 200, bf16}, config);
+      run_wgmma({spec(128, 128, 4, 64, false, false, bf16, 86), 77, f16}, config);
+    }
+}
+
+// What the warpgroup-MMA kernel takes (a host check: no GPU needed): act-order, groups of 32,
+// 8-bit weights, K not a multiple of 64, f32 activations, unaligned rows and MoE items go
+// elsewhere.
+TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
+  alignas(16) static const uint16_t x[8] = {};
+  cuda::GemmArgs a;
+  a.w.K = 4096;
+  a.w.N = 14336;
+  a.w.bits = 4;
+  a.w.group_slabs = 8;
+  a.x = x;
+  a.ldx = 4096;
+  a.M = 1024;
+  EXPECT_TRUE(cuda::wgmma_takes(a));
+  auto refused = [&](const char* why, auto change) {
+    cuda::GemmArgs b = a;
+    change(b);
+    EXPECT_FALSE(cuda::wgmma_takes(b)) << why;
+    EXPECT_EQ(cuda::launch_marlin_wgmma(b, {}, nullptr), cudaErrorInvalidValue) << why;
+  };
+  refused("groups of 32", [](cuda::GemmArgs& b) { b.w.group_slabs = 2; });
+  refused("act-order", [](cuda::GemmArgs& b) {
+    b.w.group_slabs = 0;
+    b.w.columns = reinterpret_cast<const int32_t*>(x);
+  });
+  refused("8-bit", [](cuda::GemmArgs& b) { b.w.bits = 8; });
+  refused("K % 64", [](cuda::GemmArgs& b) { b.w.K = 4096 + 16; });
+  refused("f32 activations", [](cuda::GemmArgs& b) { b.x_dtype = cuda::DType::f32; });
+  refused("y of another dtype", [](cuda::GemmArgs& b) { b.y_dtype = cuda::DType::f16; });
+  refused("row stride", [](cuda::GemmArgs& b) { b.ldx = 4100; });
+  refused("unaligned x", [](cuda::GemmArgs& b) { b.x = x + 1; });
+  refused("MoE items", [](cuda::GemmArgs& b) { b.items = reinterpret_cast<const int4*>(x); });
+  refused("the swiglu epilogue", [](cuda::GemmArgs& b) { b.epilogue = cuda::Epilogue::swiglu; });
+  EXPECT_EQ(cuda::launch_marlin_wgmma(a, cuda::WgmmaConfig{5, false}, nullptr),
+            cudaErrorInvalidValue)
+      << "a cluster of 5";
+  // K is split while the 128 × 128 tiles leave multiprocessors idle, never below 4 stages a rank.
+  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 1) << "896 tiles";
+  a.w.N = 4096;
+  a.M = 64;
+  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 4) << "32 tiles";
+  a.M = 1024;
+  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 1) << "256 tiles";
+  a.M = 300;
+  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 2) << "96 tiles";
+  a.w.K = 512;
+  a.M = 64;
+  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 2) << "8 stages";
 }
 
 TEST(CudaGeneral, AnyGroupingZeroAndWidth) {

@@ -13,7 +13,9 @@ cudaDataType_t cuda_type(DType t) {
 }
 
 // The most scratch one call's dequantized weight takes; a larger weight is cut into equal shares.
+// The fp32 sums of a call with a bias take at most as much again, in blocks of rows.
 constexpr int64_t kMostWeightBytes = int64_t(256) << 20;
+constexpr int64_t kMostSumBytes = int64_t(256) << 20;
 
 }  // namespace
 
@@ -26,7 +28,7 @@ bool dequant_gemm_takes(const GemmArgs& a) {
          (a.w.bits == 4 || a.w.bits == 8);
 }
 
-DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols) {
+DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols, int64_t sum_rows) {
   const int64_t K = a.w.K, N = a.w.N;
   if (K <= 0 || N <= 0) return DequantGemmPlan{};
   // One share where the scratch allows: on an H200, shares sized to stay in L2 were slower at
@@ -46,12 +48,19 @@ DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols) {
   p.chunk_cols = cols;
   p.weight_bytes = size_t(K) * size_t(cols) * 2;
   p.weight_bytes = (p.weight_bytes + 255) / 256 * 256;
-  p.sum_bytes = a.bias ? size_t(a.M) * size_t(cols) * 4 : 0;
+  if (a.bias && a.M > 0) {
+    p.sum_rows = sum_rows > 0 ? std::min(sum_rows, a.M)
+                              : std::clamp<int64_t>(kMostSumBytes / (cols * 4), 1, a.M);
+    p.sum_bytes = size_t(p.sum_rows) * size_t(cols) * 4;
+  }
   return p;
 }
 
 std::string run_dequant_gemm(const GemmArgs& a, const DequantGemmPlan& plan, cublasHandle_t handle,
-                             void* scratch, cudaStream_t stream) {
+                             void* scratch, cudaStream_t stream, bool* out_of_memory) {
+  bool ignored = false;
+  bool& oom = out_of_memory ? *out_of_memory : ignored;
+  oom = false;
   if (!dequant_gemm_takes(a)) return "the dequantizing GEMM does not take this call";
   if (a.M == 0 || a.w.N == 0) return "";
   if (plan.chunk_cols <= 0 || plan.chunk_cols % 64 != 0) return "a plan with no valid share";
@@ -65,24 +74,37 @@ std::string run_dequant_gemm(const GemmArgs& a, const DequantGemmPlan& plan, cub
   for (int64_t n0 = 0; n0 < N; n0 += plan.chunk_cols) {
     const int64_t n1 = std::min(N, n0 + plan.chunk_cols), cols = n1 - n0;
     if (cudaError_t e = launch_marlin_dequant(a.w, n0, n1, a.x_dtype, wd, K, stream);
-        e != cudaSuccess)
+        e != cudaSuccess) {
+      oom = e == cudaErrorMemoryAllocation;
       return std::string("dequantizing the weight: ") + cudaGetErrorName(e);
-    // Column-major view: yᵀ [cols][M] = Wd [cols][K] · xᵀ [K][M], Wd row-major = Wdᵀ column-major.
-    void* c = a.bias ? static_cast<void*>(sums) : static_cast<char*>(a.y) + size_t(n0) * es;
-    const int64_t ldc = a.bias ? cols : a.ldy;
-    const cudaDataType_t ct = a.bias ? CUDA_R_32F : cuda_type(a.y_dtype);
-    if (cublasStatus_t s =
-            cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(cols), int(M), int(K), &one, wd,
-                         cuda_type(a.x_dtype), int(K), a.x, cuda_type(a.x_dtype), int(a.ldx), &zero,
-                         c, ct, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        s != CUBLAS_STATUS_SUCCESS)
-      return std::string("cublasGemmEx: ") + cublasGetStatusString(s);
-    if (a.bias)
-      if (cudaError_t e =
-              launch_finish(sums, cols, a.bias + n0, static_cast<char*>(a.y) + size_t(n0) * es,
-                            a.ldy, a.y_dtype, M, cols, stream);
-          e != cudaSuccess)
-        return std::string("adding the bias: ") + cudaGetErrorName(e);
+    }
+    // Column-major view: yᵀ [cols][rows] = Wd [cols][K] · xᵀ [K][rows], Wd row-major = Wdᵀ
+    // column-major. Without a bias straight into y, all rows at once; with one, a block of rows
+    // at a time into the fp32 sums, rounded into y with the bias added.
+    const int64_t block = a.bias ? std::max<int64_t>(plan.sum_rows, 1) : M;
+    for (int64_t r0 = 0; r0 < M; r0 += block) {
+      const int64_t rows = std::min(block, M - r0);
+      char* y = static_cast<char*>(a.y) + (size_t(r0) * size_t(a.ldy) + size_t(n0)) * es;
+      const void* x = static_cast<const char*>(a.x) + size_t(r0) * size_t(a.ldx) * es;
+      void* c = a.bias ? static_cast<void*>(sums) : static_cast<void*>(y);
+      const int64_t ldc = a.bias ? cols : a.ldy;
+      const cudaDataType_t ct = a.bias ? CUDA_R_32F : cuda_type(a.y_dtype);
+      if (cublasStatus_t s =
+              cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(cols), int(rows), int(K), &one, wd,
+                           cuda_type(a.x_dtype), int(K), x, cuda_type(a.x_dtype), int(a.ldx), &zero,
+                           c, ct, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          s != CUBLAS_STATUS_SUCCESS) {
+        oom = s == CUBLAS_STATUS_ALLOC_FAILED;
+        return std::string("cublasGemmEx: ") + cublasGetStatusString(s);
+      }
+      if (a.bias)
+        if (cudaError_t e =
+                launch_finish(sums, cols, a.bias + n0, y, a.ldy, a.y_dtype, rows, cols, stream);
+            e != cudaSuccess) {
+          oom = e == cudaErrorMemoryAllocation;
+          return std::string("adding the bias: ") + cudaGetErrorName(e);
+        }
+    }
   }
   return "";
 }

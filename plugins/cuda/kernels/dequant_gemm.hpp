@@ -27,21 +27,26 @@ int64_t dequant_gemm_rows(int64_t K, int64_t N);
 bool dequant_gemm_takes(const GemmArgs& a);
 
 /// How one call is cut: outputs in shares of `chunk_cols` columns (a multiple of 64), each
-/// dequantized into `weight_bytes` of scratch, plus `sum_bytes` of fp32 sums when a bias is added.
+/// dequantized into `weight_bytes` of scratch; with a bias, each share's rows in blocks of
+/// `sum_rows` whose fp32 sums take `sum_bytes` more before they are rounded with the bias added.
 struct DequantGemmPlan {
   int64_t chunk_cols = 0;
+  int64_t sum_rows = 0;
   size_t weight_bytes = 0, sum_bytes = 0;
   size_t scratch_bytes() const { return weight_bytes + sum_bytes; }
 };
 
 /// The plan for `a`: all outputs in one share while their dequantized weight takes at most 256 MiB,
-/// else equal shares of whole runs within that (one run where K alone passes it). `chunk_cols` > 0
-/// forces the share (rounded up to 64; for benchmarks and tests).
-DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols = 0);
+/// else equal shares of whole runs within that (one run where K alone passes it); with a bias, all
+/// rows at once while their fp32 sums take at most 256 MiB, else blocks of rows within that.
+/// `chunk_cols` > 0 forces the share (rounded up to 64) and `sum_rows` > 0 the row blocks (for
+/// benchmarks and tests).
+DequantGemmPlan plan_dequant_gemm(const GemmArgs& a, int64_t chunk_cols = 0, int64_t sum_rows = 0);
 
 /// Queue y = x·Wᵀ (+ bias) on `stream` with `handle` (its stream is set here) and `scratch` of at
-/// least plan.scratch_bytes() bytes. "" on success, else what failed (a launch, a cuBLAS status).
+/// least plan.scratch_bytes() bytes. "" on success, else what failed (a launch, a cuBLAS status);
+/// `*out_of_memory` (when given) says whether the failure was an allocation.
 std::string run_dequant_gemm(const GemmArgs& a, const DequantGemmPlan& plan, cublasHandle_t handle,
-                             void* scratch, cudaStream_t stream);
+                             void* scratch, cudaStream_t stream, bool* out_of_memory = nullptr);
 
 }  // namespace nibble::cuda

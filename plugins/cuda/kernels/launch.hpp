@@ -103,6 +103,33 @@ cudaError_t launch_marlin_tiled(const GemmArgs& a, int cluster, cudaStream_t str
 /// Whether launch_marlin_tiled takes `a`.
 bool tiled_takes(const GemmArgs& a);
 
+/// Whether the current device runs launch_marlin_wgmma's sm_90a code (compute capability 9.0).
+bool wgmma_available();
+
+/// Whether launch_marlin_wgmma takes `a`: 4-bit weights without act-order, groups of 64 or more
+/// input channels (or one per channel), K % 64 = 0, f16/bf16 activations with a row stride of a
+/// multiple of 8 elements and 16-byte alignment, y of x's dtype, no MoE items.
+bool wgmma_takes(const GemmArgs& a);
+
+/// How the warpgroup-MMA kernel runs: blocks per cluster splitting K (1..4; 0 picks from the
+/// shape and `sm_count`), and whether a warpgroup keeps two sets of A fragments so that it
+/// dequantizes the next stage while this stage's MMAs run (one block per multiprocessor) or one
+/// set (two blocks per multiprocessor overlapping each other).
+struct WgmmaConfig {
+  int cluster = 0;
+  bool paired = false;
+  int sm_count = 132;
+};
+
+/// The cluster launch_marlin_wgmma uses for `a` when given 0, on `sm_count` multiprocessors.
+int choose_wgmma_cluster(const GemmArgs& a, int sm_count);
+
+/// Queue y = x·Wᵀ (+ bias) with the large-M kernel on Hopper's warpgroup MMA: the weight
+/// dequantized in registers as (q − z)·s (fp32 scale, rounded once to x's dtype) inside the main
+/// loop, fp32 accumulation over all of K; only where wgmma_available() (cudaErrorInvalidValue
+/// when wgmma_takes() is false or the cluster is out of range).
+cudaError_t launch_marlin_wgmma(const GemmArgs& a, WgmmaConfig config, cudaStream_t stream);
+
 /// Queue W's outputs [n0, n1) (multiples of 64) dequantized as (q − z)·s, the fp32 scale applied
 /// and the product rounded once to `out` (f16 or bf16), into dst[n − n0][k] with a row stride of
 /// `ld` elements and k the input channel (act-order rows go back to their channels); without

@@ -175,6 +175,26 @@ cudaError_t allow_shared_memory(size_t bytes) {
   return e;
 }
 
+/// Queues `kernel(args...)` on `grid` × `block` threads with `smem` bytes of dynamic shared memory,
+/// in clusters of `cluster` blocks along x (an ordinary launch for 1).
+template <class... Params, class... Args>
+cudaError_t launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, int cluster, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 // Split [0, n) into `parts` near-equal ranges; range `i`.
 __device__ __forceinline__ void split(int64_t n, int parts, int i, int64_t& begin, int64_t& end) {
   begin = n * i / parts;

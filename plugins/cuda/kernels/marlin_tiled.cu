@@ -247,19 +247,9 @@ cudaError_t launch_typed(const GemmArgs& a, int cluster, cudaStream_t stream) {
   auto kernel = marlin_tiled_kernel<T, BITS>;
   cudaError_t e = device::allow_shared_memory<marlin_tiled_kernel<T, BITS>>(smem);
   if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((a.w.N + kBN - 1) / kBN * cluster), unsigned((a.M + kBM - 1) / kBM));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster > 1 ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, a, cluster);
+  return device::launch_clustered(
+      kernel, dim3(unsigned((a.w.N + kBN - 1) / kBN * cluster), unsigned((a.M + kBM - 1) / kBM)),
+      dim3(kThreads), smem, stream, cluster, a, cluster);
 }
 
 }  // namespace

@@ -1,0 +1,333 @@
+// The large-M Marlin kernel on Hopper (sm_90a): dequantization inside the main loop of a
+// warpgroup-MMA GEMM. The weight is the MMA's A operand, held in registers: a warpgroup takes one
+// 64-wide Marlin run, and warp w reads word w of each lane's 16-byte slab fragment, which is
+// exactly the m16n8k16 A fragment of the run's outputs 16w..16w + 15 (the same identity the
+// small-M kernel's weights-as-A tiles use). Each value becomes (q − z)·s with the fp32 scale,
+// rounded once to the activations' dtype — the weight a bf16/f16 model holds, and the same
+// rounding as the dequantize-then-cuBLAS path (docs/formats.md, scale precision) — so the MMA
+// accumulates over all of K with no per-group epilogue. The activations are the B operand: 128
+// rows × 64 input channels per stage, copied with cp.async into 128-byte-swizzled shared memory
+// that the MMA reads through a descriptor; the packed weights of the stage ride along. A block is
+// two warpgroups (two runs, 128 outputs) × 128 rows; K may be split over a cluster of blocks whose
+// fp32 sums meet in distributed shared memory. A warpgroup issues a stage's four MMAs under one
+// fence: issuing, committing and waiting for one MMA at a time serialised the loop on the MMA's
+// latency (docs/cuda.md, "Large M on the warpgroup MMA").
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "launch.hpp"
+#include "marlin_lane.cuh"
+#include "mma.cuh"
+#include "wgmma.cuh"
+
+namespace nibble::cuda {
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int kRuns = 2;  // 64-wide runs per block, one per warpgroup
+constexpr int kThreads = 128 * kRuns;
+constexpr int kRows = 128;   // activation rows per block: the MMA's N
+constexpr int kStageK = 64;  // input channels per stage: one 128-byte row of 16-bit values
+constexpr int kSlabs = kStageK / 16;
+constexpr int kStages = 5;
+constexpr int kXBytes = kRows * kStageK * 2;    // 16 KiB, a multiple of the 1024-byte atom
+constexpr int kWBytes = kRuns * kSlabs * 512;   // 4-bit: 32 lanes × 16 bytes per run and slab
+constexpr int kStageBytes = kXBytes + kWBytes;  // stays 1024-aligned: kWBytes is 4 KiB
+constexpr int kSumLd = kRuns * 64 + 4;          // a row of the block's fp32 sums, padded
+constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the atoms
+constexpr int kMaxCluster = 4;
+static_assert(kStageBytes % 1024 == 0, "every stage's activations must start on a 1024-byte atom");
+static_assert(kRows * kSumLd * 4 <= kStages * kStageBytes, "the sums reuse the pipeline");
+
+// The fp32 scale of output channel `tile`·8 + g of the run at n_run, group `group` (Marlin's
+// permuted scale layouts; see ChannelScales).
+__device__ __forceinline__ float channel_scale(const MarlinDevice& w, int64_t group, int64_t n_run,
+                                               int g, int tile) {
+  const int64_t row = group * w.N + n_run;
+  const int64_t i = w.single_group
+                        ? row + (tile >= 4 ? 32 : 0) + 8 * (g / 2) + 2 * (tile & 3) + (g & 1)
+                        : row + 8 * g + tile;
+  if (w.scale_dtype == DType::f32) return __ldg(static_cast<const float*>(w.scales) + i);
+  const uint16_t v = __ldg(static_cast<const uint16_t*>(w.scales) + i);
+  return w.scale_dtype == DType::bf16 ? device::Bits16<__nv_bfloat16>::to_float(v)
+                                      : device::Bits16<__half>::to_float(v);
+}
+
+// (q − z)·s for one register of exact q − z pairs, rounded once.
+template <class T>
+__device__ __forceinline__ uint32_t scaled(uint32_t exact, float s) {
+  const float2 v = device::Bits16<T>::to_float2(exact);
+  return device::Bits16<T>::pair(v.x * s, v.y * s);
+}
+
+// One block: outputs n0..n0 + 127 (two runs, one per warpgroup) × rows m0..m0 + 127 over the
+// stages [first, last) of its cluster rank. PAIRED keeps two sets of A fragments so that a
+// warpgroup dequantizes the next stage while the MMAs of this one run (more registers: one block
+// per multiprocessor); otherwise one set, waited for at the end of each stage, and two blocks per
+// multiprocessor overlap each other.
+template <class T, bool PAIRED>
+__global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
+    marlin_wgmma_kernel(const GemmArgs a, int cluster) {
+#if NIBBLE_WGMMA
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const MarlinDevice& w = a.w;
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int rank = int(blockIdx.x) % cluster;
+  const int64_t n0 = int64_t(blockIdx.x / cluster) * (64 * kRuns), m0 = int64_t(blockIdx.y) * kRows;
+  const int64_t n_run = n0 + 64 * wg;
+  const int stages = int(w.K / kStageK);
+  const int first = int(int64_t(stages) * rank / cluster);
+  const int count = int(int64_t(stages) * (rank + 1) / cluster) - first;
+  const int64_t slab_stride = w.N / 2;  // uint4 per slab row (4-bit: N · 4 / 8 / 16 · 16)
+  const uint4* qw = reinterpret_cast<const uint4*>(w.qweight);
+
+  // Copies: activations, 1024 16-byte chunks per stage (4 per thread, same column every stage);
+  // weights, 256 chunks per stage (one per thread: run tid / 128, slab (tid / 32) % 4, lane).
+  const int x_col = tid % 8, x_row = tid / 8;
+  const char* x_src[4];
+  bool x_ok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = m0 + x_row + 32 * i;
+    x_ok[i] = row < a.M;
+    x_src[i] = static_cast<const char*>(a.x) + (x_ok[i] ? row * a.ldx * 2 : 0) + x_col * 16;
+  }
+  const int x_dst = x_row * 128 + ((x_col ^ (x_row % 8)) * 16);  // + 32 rows · 128 bytes per i
+  const int w_run = tid / 128, w_slab = (tid / 32) % 4;
+  const bool w_ok = n0 + 64 * w_run < w.N;
+  const uint4* w_src = qw + (w_ok ? (n0 / 64 + w_run) * 32 : 0) + w_slab * slab_stride + lane;
+  // Local stage i (global stage first + i) lives in buffer i % kStages.
+  auto load_stage = [&](int i) {
+    uint8_t* base = smem + (i % kStages) * kStageBytes;
+    const int st = first + i;
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      device::cp_async16(base + x_dst + c * 32 * 128, x_src[c] + st * kStageK * 2,
+                         x_ok[c] ? 16 : 0);
+    device::cp_async16(base + kXBytes + tid * 16, w_src + int64_t(st) * kSlabs * slab_stride,
+                       w_ok ? 16 : 0);
+  };
+
+  // This lane's A rows are outputs 16·warp + g and + 8 of its run: n8 tiles 2·warp and 2·warp + 1.
+  const bool run_ok = n_run < w.N;
+  auto group_of = [&](int st) { return int(unsigned(st * kSlabs) / unsigned(w.group_slabs)); };
+  struct Channel {
+    float s0, s1;
+    uint32_t z0, z1;
+  };
+  auto load_channel = [&](int st) {
+    Channel c;
+    const int64_t grp = group_of(st);
+    c.s0 = run_ok ? channel_scale(w, grp, n_run, g, 2 * warp) : 0.f;
+    c.s1 = run_ok ? channel_scale(w, grp, n_run, g, 2 * warp + 1) : 0.f;
+    int zq0 = 8, zq1 = 8;
+    if (w.zeros != nullptr && run_ok) {
+      const uint32_t word = __ldg(w.zeros + grp * (w.N / 8) + n_run / 8 + g);
+      zq0 = int((word >> (4 * device::zero_slot4(2 * warp))) & 15);
+      zq1 = int((word >> (4 * device::zero_slot4(2 * warp + 1))) & 15);
+    }
+    c.z0 = device::zero_operand<T, 4>(zq0);
+    c.z1 = device::zero_operand<T, 4>(zq1);
+    return c;
+  };
+  // The stage's four A fragments: slab i's word `warp` of this lane, (q − z)·s rounded once.
+  auto dequant_stage = [&](const uint8_t* base, const Channel& c, uint32_t(&frag)[kSlabs][4]) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(base + kXBytes + wg * kSlabs * 512);
+#pragma unroll
+    for (int i = 0; i < kSlabs; ++i) {
+      uint32_t b0[2], b1[2];
+      device::dequant4<T>(words[(i * 32 + lane) * 4 + warp], c.z0, c.z1, b0, b1);
+      // A rows g (tile 2·warp, scale s0) and g + 8 (tile 2·warp + 1, scale s1).
+      frag[i][0] = scaled<T>(b0[0], c.s0);
+      frag[i][1] = scaled<T>(b1[0], c.s1);
+      frag[i][2] = scaled<T>(b0[1], c.s0);
+      frag[i][3] = scaled<T>(b1[1], c.s1);
+    }
+  };
+  auto issue_stage = [&](const uint8_t* base, const uint32_t(&frag)[kSlabs][4], float(&acc)[64]) {
+    device::wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < kSlabs; ++i)
+      device::wgmma_rs<T, kRows>(acc, frag[i], device::swizzled_kmajor_desc(base + 32 * i));
+    device::wgmma_commit();
+  };
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+
+  // PAIRED: MMAs of stage i - 1 may run during stage i, so a buffer is refilled two stages after
+  // its MMAs were issued (lookahead kStages - 2); otherwise one stage after (kStages - 1).
+  constexpr int kAhead = PAIRED ? kStages - 2 : kStages - 1;
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) {
+    if (i < count) load_stage(i);
+    device::cp_async_commit();
+  }
+  Channel ch = count > 0 ? load_channel(first) : Channel{0.f, 0.f, 0u, 0u};
+  uint32_t frag[PAIRED ? 2 : 1][kSlabs][4];
+  auto run_stage = [&](int i, uint32_t(&f)[kSlabs][4]) {
+    device::cp_async_wait<kAhead - 1>();
+    device::fence_proxy_async_shared();  // the copies are generic writes; the MMAs read async
+    __syncthreads();  // stage i is in; no warp still reads the buffer refilled next
+    if (i + kAhead < count) load_stage(i + kAhead);
+    device::cp_async_commit();
+    const int st = first + i;
+    const bool change = i + 1 < count && group_of(st + 1) != group_of(st);
+    const Channel next = change ? load_channel(st + 1) : ch;
+    const uint8_t* base = smem + (i % kStages) * kStageBytes;
+    dequant_stage(base, ch, f);
+    issue_stage(base, f, acc);
+    if constexpr (PAIRED) {
+      device::wgmma_wait<1>();  // stage i - 1's MMAs are done: its fragments and buffer are free
+    } else {
+      device::wgmma_wait<0>();
+    }
+    ch = next;
+  };
+  if constexpr (PAIRED) {
+    int i = 0;
+    for (; i + 1 < count; i += 2) {
+      run_stage(i, frag[0]);
+      run_stage(i + 1, frag[PAIRED ? 1 : 0]);
+    }
+    if (i < count) run_stage(i, frag[0]);
+  } else {
+    for (int i = 0; i < count; ++i) run_stage(i, frag[0]);
+  }
+  device::wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) device::fence_register(acc[i]);
+  device::cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the block's fp32 sums
+
+  // acc[4j + e]: output 16·warp + g (+ 8 for e ≥ 2) of the run, row 8j + 2t (+ 1 for odd e).
+  float* sums = reinterpret_cast<float*>(smem);
+  const int o = 64 * wg + 16 * warp + g;
+#pragma unroll
+  for (int j = 0; j < kRows / 8; ++j) {
+    const int r = 8 * j + 2 * t;
+    sums[r * kSumLd + o] = acc[4 * j];
+    sums[(r + 1) * kSumLd + o] = acc[4 * j + 1];
+    sums[r * kSumLd + o + 8] = acc[4 * j + 2];
+    sums[(r + 1) * kSumLd + o + 8] = acc[4 * j + 3];
+  }
+  cg::cluster_group cl = cg::this_cluster();
+  if (cluster > 1) {
+    cl.sync();
+  } else {
+    __syncthreads();
+  }
+  // Each rank finishes a share of the rows: 8 outputs per thread and row, summed over the ranks,
+  // the bias added in fp32, rounded once, stored as one 16-byte piece where y allows.
+  const int64_t cols = w.N - n0 < 64 * kRuns ? w.N - n0 : 64 * kRuns;
+  const bool vector = a.ldy % 8 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  uint16_t* y = static_cast<uint16_t*>(a.y);
+  const int chunk = tid % 16;
+  const int r_first = kRows * rank / cluster, r_last = kRows * (rank + 1) / cluster;
+  for (int r = r_first + tid / 16; r < r_last; r += kThreads / 16) {
+    if (m0 + r >= a.M || chunk * 8 >= cols) continue;
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = 0.f;
+    for (int q = 0; q < cluster; ++q) {
+      const float* src =
+          (cluster > 1 ? cl.map_shared_rank(sums, q) : sums) + r * kSumLd + chunk * 8;
+      const float4 lo = *reinterpret_cast<const float4*>(src);
+      const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+      v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
+      v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+    }
+    uint16_t out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      out[e] =
+          device::Bits16<T>::from_float(a.bias ? v[e] + __ldg(a.bias + n0 + chunk * 8 + e) : v[e]);
+    uint16_t* dst = y + (m0 + r) * a.ldy + n0 + chunk * 8;
+    if (vector) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(out);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dst[e] = out[e];
+    }
+  }
+  if (cluster > 1) cl.sync();  // the other ranks' sums stay until every rank has read them
+#else
+  __trap();
+#endif
+}
+
+template <class T, bool PAIRED>
+cudaError_t launch_typed(const GemmArgs& a, int cluster, cudaStream_t stream) {
+  auto kernel = marlin_wgmma_kernel<T, PAIRED>;
+  if (cudaError_t e = device::allow_shared_memory<marlin_wgmma_kernel<T, PAIRED>>(kSmemBytes);
+      e != cudaSuccess)
+    return e;
+  const int64_t col_blocks = (a.w.N + 64 * kRuns - 1) / (64 * kRuns);
+  const int64_t row_blocks = (a.M + kRows - 1) / kRows;
+  if (col_blocks * cluster > int64_t(INT32_MAX) || row_blocks > 65535) return cudaErrorInvalidValue;
+  return device::launch_clustered(kernel,
+                                  dim3(unsigned(col_blocks * cluster), unsigned(row_blocks)),
+                                  dim3(kThreads), kSmemBytes, stream, cluster, a, cluster);
+}
+
+}  // namespace
+
+bool wgmma_available() {
+  // sm_90a code runs on compute capability 9.0 only; answered once per device.
+  static std::atomic<int> known[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  std::atomic<int>& slot = known[dev % 64];
+  int v = slot.load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0, minor = 0;
+    const bool ok =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+        major == 9 && minor == 0;
+    v = ok ? 1 : 2;
+    slot.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+bool wgmma_takes(const GemmArgs& a) {
+  return a.items == nullptr && a.epilogue == Epilogue::store && a.x_dtype != DType::f32 &&
+         a.y_dtype == a.x_dtype && a.w.bits == 4 && a.w.columns == nullptr && a.w.group_slabs > 0 &&
+         a.w.group_slabs % kSlabs == 0 && a.w.K % kStageK == 0 && a.w.N % 64 == 0 &&
+         a.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.w.K <= INT32_MAX / 2 &&
+         a.M <= int64_t(65535) * kRows;
+}
+
+int choose_wgmma_cluster(const GemmArgs& a, int sm_count) {
+  // Split K while the tiles leave multiprocessors idle (two blocks fit on each), keeping at
+  // least four stages per rank.
+  const int64_t tiles = (a.w.N + 127) / 128 * ((a.M + kRows - 1) / kRows);
+  const int64_t c = std::min<int64_t>(2 * sm_count / std::max<int64_t>(1, tiles), kMaxCluster);
+  return int(std::clamp<int64_t>(std::min<int64_t>(c, a.w.K / kStageK / 4), 1, kMaxCluster));
+}
+
+cudaError_t launch_marlin_wgmma(const GemmArgs& a, WgmmaConfig config, cudaStream_t stream) {
+  if (!wgmma_takes(a) || config.cluster < 0 || config.cluster > kMaxCluster)
+    return cudaErrorInvalidValue;
+  if (a.M == 0 || a.w.N == 0) return cudaSuccess;
+  const int cluster = config.cluster ? config.cluster : choose_wgmma_cluster(a, config.sm_count);
+  if (a.x_dtype == DType::f16)
+    return config.paired ? launch_typed<__half, true>(a, cluster, stream)
+                         : launch_typed<__half, false>(a, cluster, stream);
+  return config.paired ? launch_typed<__nv_bfloat16, true>(a, cluster, stream)
+                       : launch_typed<__nv_bfloat16, false>(a, cluster, stream);
+}
+
+}  // namespace nibble::cuda
