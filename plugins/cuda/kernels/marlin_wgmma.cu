@@ -7,11 +7,11 @@
 // rounding as the dequantize-then-cuBLAS path (docs/formats.md, scale precision) — so the MMA
 // accumulates over all of K with no per-group epilogue. The activations are the B operand: 128
 // rows × 64 input channels per stage, copied with cp.async into 128-byte-swizzled shared memory
-// that the MMA reads through a descriptor; the packed weights of the stage ride along. A block is
-// two warpgroups (two runs, 128 outputs) × 128 rows; K may be split over a cluster of blocks whose
-// fp32 sums meet in distributed shared memory. A warpgroup issues a stage's four MMAs under one
-// fence: issuing, committing and waiting for one MMA at a time serialised the loop on the MMA's
-// latency (docs/cuda.md, "Large M on the warpgroup MMA").
+// that the MMA reads through a descriptor; the stage's packed weights, scales and zero points ride
+// along. A block is two warpgroups (two runs, 128 outputs) × 128 rows; K may be split over a
+// cluster of blocks whose fp32 sums meet in distributed shared memory, which is what makes small
+// M fast (docs/cuda.md, "Large M on the warpgroup MMA"). A warpgroup issues a stage's four MMAs
+// under one fence.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -37,25 +37,26 @@ constexpr int kRows = 128;   // activation rows per block: the MMA's N
 constexpr int kStageK = 64;  // input channels per stage: one 128-byte row of 16-bit values
 constexpr int kSlabs = kStageK / 16;
 constexpr int kStages = 5;
-constexpr int kXBytes = kRows * kStageK * 2;    // 16 KiB, a multiple of the 1024-byte atom
-constexpr int kWBytes = kRuns * kSlabs * 512;   // 4-bit: 32 lanes × 16 bytes per run and slab
-constexpr int kStageBytes = kXBytes + kWBytes;  // stays 1024-aligned: kWBytes is 4 KiB
-constexpr int kSumLd = kRuns * 64 + 4;          // a row of the block's fp32 sums, padded
+constexpr int kXBytes = kRows * kStageK * 2;   // 16 KiB, a multiple of the 1024-byte atom
+constexpr int kWBytes = kRuns * kSlabs * 512;  // 4-bit: 32 lanes × 16 bytes per run and slab
+constexpr int kScaleBytes = kRuns * 64 * 4;    // the stage's group of scales, up to fp32
+constexpr int kZeroBytes = kRuns * 8 * 4;      // and of 4-bit zero points (8 words per run)
+constexpr int kStageBytes = kXBytes + kWBytes + 1024;  // + scales and zero points, 1024-aligned
+static_assert(kScaleBytes + kZeroBytes <= 1024, "a stage's scales and zero points");
+constexpr int kSumLd = kRuns * 64 + 4;                    // a row of the block's fp32 sums, padded
 constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the atoms
 constexpr int kMaxCluster = 4;
 static_assert(kStageBytes % 1024 == 0, "every stage's activations must start on a 1024-byte atom");
 static_assert(kRows * kSumLd * 4 <= kStages * kStageBytes, "the sums reuse the pipeline");
 
-// The fp32 scale of output channel `tile`·8 + g of the run at n_run, group `group` (Marlin's
-// permuted scale layouts; see ChannelScales).
-__device__ __forceinline__ float channel_scale(const MarlinDevice& w, int64_t group, int64_t n_run,
-                                               int g, int tile) {
-  const int64_t row = group * w.N + n_run;
-  const int64_t i = w.single_group
-                        ? row + (tile >= 4 ? 32 : 0) + 8 * (g / 2) + 2 * (tile & 3) + (g & 1)
-                        : row + 8 * g + tile;
-  if (w.scale_dtype == DType::f32) return __ldg(static_cast<const float*>(w.scales) + i);
-  const uint16_t v = __ldg(static_cast<const uint16_t*>(w.scales) + i);
+// The fp32 scale of output channel `tile`·8 + g of a run whose 64 scales of the group (Marlin's
+// permuted layouts; see ChannelScales) start at `run` in shared memory.
+__device__ __forceinline__ float channel_scale(const MarlinDevice& w, const uint8_t* run, int g,
+                                               int tile) {
+  const int i =
+      w.single_group ? (tile >= 4 ? 32 : 0) + 8 * (g / 2) + 2 * (tile & 3) + (g & 1) : 8 * g + tile;
+  if (w.scale_dtype == DType::f32) return reinterpret_cast<const float*>(run)[i];
+  const uint16_t v = reinterpret_cast<const uint16_t*>(run)[i];
   return w.scale_dtype == DType::bf16 ? device::Bits16<__nv_bfloat16>::to_float(v)
                                       : device::Bits16<__half>::to_float(v);
 }
@@ -106,6 +107,9 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
   const int w_run = tid / 128, w_slab = (tid / 32) % 4;
   const bool w_ok = n0 + 64 * w_run < w.N;
   const uint4* w_src = qw + (w_ok ? (n0 / 64 + w_run) * 32 : 0) + w_slab * slab_stride + lane;
+  auto group_of = [&](int st) { return int(unsigned(st * kSlabs) / unsigned(w.group_slabs)); };
+  const int s_size = w.scale_dtype == DType::f32 ? 4 : 2;
+  const int s_per_chunk = 16 / s_size, s_chunks = kRuns * 64 / s_per_chunk;
   // Local stage i (global stage first + i) lives in buffer i % kStages.
   auto load_stage = [&](int i) {
     uint8_t* base = smem + (i % kStages) * kStageBytes;
@@ -116,23 +120,37 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
                          x_ok[c] ? 16 : 0);
     device::cp_async16(base + kXBytes + tid * 16, w_src + int64_t(st) * kSlabs * slab_stride,
                        w_ok ? 16 : 0);
+    // The group's scales of the block's outputs (contiguous: the permutation stays within a run)
+    // and zero-point words, with the stage, so no global load waits inside the loop.
+    const int64_t grp = group_of(st);
+    if (tid < s_chunks) {
+      const int64_t e = grp * w.N + n0 + tid * s_per_chunk;
+      const bool ok = n0 + tid * s_per_chunk < w.N;
+      device::cp_async16(base + kXBytes + kWBytes + tid * 16,
+                         static_cast<const char*>(w.scales) + (ok ? e : 0) * s_size, ok ? 16 : 0);
+    } else if (w.zeros != nullptr && tid >= 32 && tid < 32 + kZeroBytes / 16) {
+      const int c = tid - 32;  // 4 words each: runs c / 2
+      const bool ok = n0 + 32 * c < w.N;
+      device::cp_async16(base + kXBytes + kWBytes + kScaleBytes + c * 16,
+                         w.zeros + (ok ? grp * (w.N / 8) + n0 / 8 + 4 * c : 0), ok ? 16 : 0);
+    }
   };
 
   // This lane's A rows are outputs 16·warp + g and + 8 of its run: n8 tiles 2·warp and 2·warp + 1.
   const bool run_ok = n_run < w.N;
-  auto group_of = [&](int st) { return int(unsigned(st * kSlabs) / unsigned(w.group_slabs)); };
   struct Channel {
     float s0, s1;
     uint32_t z0, z1;
   };
-  auto load_channel = [&](int st) {
+  auto load_channel = [&](const uint8_t* base) {
     Channel c;
-    const int64_t grp = group_of(st);
-    c.s0 = run_ok ? channel_scale(w, grp, n_run, g, 2 * warp) : 0.f;
-    c.s1 = run_ok ? channel_scale(w, grp, n_run, g, 2 * warp + 1) : 0.f;
+    const uint8_t* run = base + kXBytes + kWBytes + wg * 64 * s_size;
+    c.s0 = run_ok ? channel_scale(w, run, g, 2 * warp) : 0.f;
+    c.s1 = run_ok ? channel_scale(w, run, g, 2 * warp + 1) : 0.f;
     int zq0 = 8, zq1 = 8;
     if (w.zeros != nullptr && run_ok) {
-      const uint32_t word = __ldg(w.zeros + grp * (w.N / 8) + n_run / 8 + g);
+      const uint32_t word =
+          reinterpret_cast<const uint32_t*>(base + kXBytes + kWBytes + kScaleBytes)[wg * 8 + g];
       zq0 = int((word >> (4 * device::zero_slot4(2 * warp))) & 15);
       zq1 = int((word >> (4 * device::zero_slot4(2 * warp + 1))) & 15);
     }
@@ -174,7 +192,6 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
     if (i < count) load_stage(i);
     device::cp_async_commit();
   }
-  Channel ch = count > 0 ? load_channel(first) : Channel{0.f, 0.f, 0u, 0u};
   uint32_t frag[PAIRED ? 2 : 1][kSlabs][4];
   auto run_stage = [&](int i, uint32_t(&f)[kSlabs][4]) {
     device::cp_async_wait<kAhead - 1>();
@@ -182,18 +199,14 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
     __syncthreads();  // stage i is in; no warp still reads the buffer refilled next
     if (i + kAhead < count) load_stage(i + kAhead);
     device::cp_async_commit();
-    const int st = first + i;
-    const bool change = i + 1 < count && group_of(st + 1) != group_of(st);
-    const Channel next = change ? load_channel(st + 1) : ch;
     const uint8_t* base = smem + (i % kStages) * kStageBytes;
-    dequant_stage(base, ch, f);
+    dequant_stage(base, load_channel(base), f);
     issue_stage(base, f, acc);
     if constexpr (PAIRED) {
       device::wgmma_wait<1>();  // stage i - 1's MMAs are done: its fragments and buffer are free
     } else {
       device::wgmma_wait<0>();
     }
-    ch = next;
   };
   if constexpr (PAIRED) {
     int i = 0;
