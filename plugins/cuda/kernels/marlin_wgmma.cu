@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
     int i = 0;
     for (; i + 1 < count; i += 2) {
       run_stage(i, frag[0]);
-      run_stage(i + 1, frag[PAIRED ? 1 : 0]);
+      run_stage(i + 1, frag[1]);
     }
     if (i < count) run_stage(i, frag[0]);
   } else {
