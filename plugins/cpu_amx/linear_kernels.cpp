@@ -1,9 +1,9 @@
 // Dispatch and threading of the quantized linear kernels. Compiled without ISA flags: it only
 // picks, by the probe's ISA level (re-read at every prepare), which micro-kernel file runs, and
 // splits the work over the worker pool (worker_pool.hpp) in one dispatch per call: the threads
-// prepare the activation rows in blocks any of them takes, wait until all are done, then run the
-// units of a static split of rows × panels, each thread its own first (so it keeps its slice of
-// the weight from call to call), then those of late threads.
+// prepare the activation rows in blocks, each its own and then any left, wait until all are
+// done, then run the units of a static split of rows × panels, each thread its own first (so it
+// keeps its slice of the weight from call to call), then those of late threads.
 #include "linear_kernels.hpp"
 
 #include "activations.hpp"
@@ -130,7 +130,10 @@ void wait_until(const std::atomic<int64_t>& counter, int64_t value) {
 }
 
 // One call of a linear layer on the pool: prepare(r0, r1) fills activation rows [r0, r1) in
-// blocks any thread may take, then compute(slice) runs the units of every part's slice.
+// blocks, each part its own first and then those of parts not yet running, then compute(slice)
+// runs the units of every part's slice. A block is claimed on its owner's cache line and the
+// parts count their blocks done once each: with one shared counter for both, every block cost
+// two read-modify-writes on the line all the other threads were polling.
 template <class Prepare, class Compute>
 void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, int threads,
                 int64_t row_align, int64_t unit_rows, const Prepare& prepare,
@@ -146,19 +149,30 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
   }
   const int64_t fill_rows = fill_block_rows(rows, parts);
   const int64_t fill_blocks = (rows + fill_rows - 1) / fill_rows;
-  std::atomic<int64_t> fill_next{0}, fill_done{0};
+  struct alignas(64) Counter {
+    std::atomic<int64_t> n{0};
+  };
+  Counter fill_done;
+  // Fewer blocks than parts (decode): the first parts own one each, the caller's part first.
+  ItemQueues fills(int(std::min<int64_t>(parts, fill_blocks)), fill_blocks);
   ItemQueues units(parts, parts * kUnitsPerPart);
   WorkerPool::instance().run(parts, [&](int part) {
-    for (int64_t b; (b = fill_next.fetch_add(1, std::memory_order_relaxed)) < fill_blocks;) {
-      // Counted done even when it throws, or the other threads would wait forever; the pool
-      // rethrows the exception to the caller.
+    {
+      // Blocks are counted done when claimed, and added when the part leaves this scope, even
+      // by an exception, or the other threads would wait forever; the pool rethrows it.
       struct Done {
-        std::atomic<int64_t>& n;
-        ~Done() { n.fetch_add(1, std::memory_order_release); }
-      } done{fill_done};
-      prepare(fill_rows * b, std::min(rows, fill_rows * (b + 1)));
+        std::atomic<int64_t>& total;
+        int64_t n = 0;
+        ~Done() {
+          if (n > 0) total.fetch_add(n, std::memory_order_release);
+        }
+      } done{fill_done.n};
+      fills.drain(part % fills.owners(), [&](int64_t b) {
+        ++done.n;
+        prepare(fill_rows * b, std::min(rows, fill_rows * (b + 1)));
+      });
     }
-    wait_until(fill_done, fill_blocks);
+    wait_until(fill_done.n, fill_blocks);
     units.drain(part, [&](int64_t u) {
       const Slice slice = sub_slice(slice_of(s, M, panels, row_align, u / kUnitsPerPart), panels,
                                     u % kUnitsPerPart, unit_rows, row_align);
