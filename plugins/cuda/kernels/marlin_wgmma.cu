@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "launch.hpp"
 #include "marlin_lane.cuh"
@@ -49,23 +50,36 @@ constexpr int kMaxCluster = 4;
 static_assert(kStageBytes % 1024 == 0, "every stage's activations must start on a 1024-byte atom");
 static_assert(kRows * kSumLd * 4 <= kStages * kStageBytes, "the sums reuse the pipeline");
 
-// The fp32 scale of output channel `tile`·8 + g of a run whose 64 scales of the group (Marlin's
-// permuted layouts; see ChannelScales) start at `run` in shared memory.
-__device__ __forceinline__ float channel_scale(const MarlinDevice& w, const uint8_t* run, int g,
-                                               int tile) {
-  const int i =
-      w.single_group ? (tile >= 4 ? 32 : 0) + 8 * (g / 2) + 2 * (tile & 3) + (g & 1) : 8 * g + tile;
-  if (w.scale_dtype == DType::f32) return reinterpret_cast<const float*>(run)[i];
-  const uint16_t v = reinterpret_cast<const uint16_t*>(run)[i];
-  return w.scale_dtype == DType::bf16 ? device::Bits16<__nv_bfloat16>::to_float(v)
-                                      : device::Bits16<__half>::to_float(v);
+// The fp32 scale at index i of a run's 64 scales of the group in shared memory, stored as S.
+template <DType S>
+__device__ __forceinline__ float run_scale(const uint8_t* run, int i) {
+  if constexpr (S == DType::f32) {
+    return reinterpret_cast<const float*>(run)[i];
+  } else {
+    const uint16_t v = reinterpret_cast<const uint16_t*>(run)[i];
+    return S == DType::bf16 ? device::Bits16<__nv_bfloat16>::to_float(v)
+                            : device::Bits16<__half>::to_float(v);
+  }
 }
 
-// (q − z)·s for one register of exact q − z pairs, rounded once.
+// Index of output channel `tile`·8 + g among a run's 64 scales (Marlin's permuted layouts; see
+// ChannelScales).
+__device__ __forceinline__ int scale_index(bool single_group, int g, int tile) {
+  return single_group ? (tile >= 4 ? 32 : 0) + 8 * (g / 2) + 2 * (tile & 3) + (g & 1)
+                      : 8 * g + tile;
+}
+
+// (q − z)·s for one register of exact q − z pairs, rounded once. A bf16 pair widens to fp32 by
+// moving each half into the high bits (what to_float2 does, in two integer operations).
 template <class T>
 __device__ __forceinline__ uint32_t scaled(uint32_t exact, float s) {
-  const float2 v = device::Bits16<T>::to_float2(exact);
-  return device::Bits16<T>::pair(v.x * s, v.y * s);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return device::Bits16<T>::pair(__uint_as_float(exact << 16) * s,
+                                   __uint_as_float(exact & 0xffff0000u) * s);
+  } else {
+    const float2 v = device::Bits16<T>::to_float2(exact);
+    return device::Bits16<T>::pair(v.x * s, v.y * s);
+  }
 }
 
 // One block: outputs n0..n0 + 127 (two runs, one per warpgroup) × rows m0..m0 + 127 over the
@@ -73,19 +87,20 @@ __device__ __forceinline__ uint32_t scaled(uint32_t exact, float s) {
 // warpgroup dequantizes the next stage while the MMAs of this one run (more registers: one block
 // per multiprocessor); otherwise one set, waited for at the end of each stage, and two blocks per
 // multiprocessor overlap each other.
-template <class T, bool PAIRED>
+template <class T, bool PAIRED, DType S>
 __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
     marlin_wgmma_kernel(const GemmArgs a, int cluster) {
 #if NIBBLE_WGMMA
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  // Aligned by an offset from the shared array itself, so that its loads stay shared-memory
+  // loads (through an integer cast the compiler emitted generic ones).
+  const uint32_t raw_at = uint32_t(__cvta_generic_to_shared(smem_raw));
+  uint8_t* smem = smem_raw + ((1024u - (raw_at & 1023u)) & 1023u);
   const MarlinDevice& w = a.w;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int rank = int(blockIdx.x) % cluster;
   const int64_t n0 = int64_t(blockIdx.x / cluster) * (64 * kRuns), m0 = int64_t(blockIdx.y) * kRows;
-  const int64_t n_run = n0 + 64 * wg;
   const int stages = int(w.K / kStageK);
   const int first = int(int64_t(stages) * rank / cluster);
   const int count = int(int64_t(stages) * (rank + 1) / cluster) - first;
@@ -107,9 +122,12 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
   const int w_run = tid / 128, w_slab = (tid / 32) % 4;
   const bool w_ok = n0 + 64 * w_run < w.N;
   const uint4* w_src = qw + (w_ok ? (n0 / 64 + w_run) * 32 : 0) + w_slab * slab_stride + lane;
-  auto group_of = [&](int st) { return int(unsigned(st * kSlabs) / unsigned(w.group_slabs)); };
-  const int s_size = w.scale_dtype == DType::f32 ? 4 : 2;
-  const int s_per_chunk = 16 / s_size, s_chunks = kRuns * 64 / s_per_chunk;
+  // The group of the next stage to load, and how many stages of it are left: the copies run in
+  // stage order, so one division here and none per stage.
+  const int group_stages = w.group_slabs / kSlabs;
+  int load_group = first / group_stages, load_left = group_stages - first % group_stages;
+  constexpr int s_size = S == DType::f32 ? 4 : 2;
+  constexpr int s_per_chunk = 16 / s_size, s_chunks = kRuns * 64 / s_per_chunk;
   // Local stage i (global stage first + i) lives in buffer i % kStages.
   auto load_stage = [&](int i) {
     uint8_t* base = smem + (i % kStages) * kStageBytes;
@@ -121,8 +139,10 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
     device::cp_async16(base + kXBytes + tid * 16, w_src + int64_t(st) * kSlabs * slab_stride,
                        w_ok ? 16 : 0);
     // The group's scales of the block's outputs (contiguous: the permutation stays within a run)
-    // and zero-point words, with the stage, so no global load waits inside the loop.
-    const int64_t grp = group_of(st);
+    // and zero-point words, with the stage, so no global load waits inside the loop; beyond N
+    // they are zero-filled.
+    const int64_t grp = load_group;
+    if (--load_left == 0) ++load_group, load_left = group_stages;
     if (tid < s_chunks) {
       const int64_t e = grp * w.N + n0 + tid * s_per_chunk;
       const bool ok = n0 + tid * s_per_chunk < w.N;
@@ -137,7 +157,13 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
   };
 
   // This lane's A rows are outputs 16·warp + g and + 8 of its run: n8 tiles 2·warp and 2·warp + 1.
-  const bool run_ok = n_run < w.N;
+  // A run past N reads zero scales (its copies were zero-filled); without zero points the words
+  // read are not used.
+  const int s_index0 = scale_index(w.single_group, g, 2 * warp);
+  const int s_index1 = scale_index(w.single_group, g, 2 * warp + 1);
+  const int z_shift0 = 4 * device::zero_slot4(2 * warp),
+            z_shift1 = 4 * device::zero_slot4(2 * warp + 1);
+  const bool has_zeros = w.zeros != nullptr;
   struct Channel {
     float s0, s1;
     uint32_t z0, z1;
@@ -145,17 +171,12 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
   auto load_channel = [&](const uint8_t* base) {
     Channel c;
     const uint8_t* run = base + kXBytes + kWBytes + wg * 64 * s_size;
-    c.s0 = run_ok ? channel_scale(w, run, g, 2 * warp) : 0.f;
-    c.s1 = run_ok ? channel_scale(w, run, g, 2 * warp + 1) : 0.f;
-    int zq0 = 8, zq1 = 8;
-    if (w.zeros != nullptr && run_ok) {
-      const uint32_t word =
-          reinterpret_cast<const uint32_t*>(base + kXBytes + kWBytes + kScaleBytes)[wg * 8 + g];
-      zq0 = int((word >> (4 * device::zero_slot4(2 * warp))) & 15);
-      zq1 = int((word >> (4 * device::zero_slot4(2 * warp + 1))) & 15);
-    }
-    c.z0 = device::zero_operand<T, 4>(zq0);
-    c.z1 = device::zero_operand<T, 4>(zq1);
+    c.s0 = run_scale<S>(run, s_index0);
+    c.s1 = run_scale<S>(run, s_index1);
+    const uint32_t word =
+        reinterpret_cast<const uint32_t*>(base + kXBytes + kWBytes + kScaleBytes)[wg * 8 + g];
+    c.z0 = device::zero_operand<T, 4>(has_zeros ? int((word >> z_shift0) & 15) : 8);
+    c.z1 = device::zero_operand<T, 4>(has_zeros ? int((word >> z_shift1) & 15) : 8);
     return c;
   };
   // The stage's four A fragments: slab i's word `warp` of this lane, (q − z)·s rounded once.
@@ -280,10 +301,10 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
 #endif
 }
 
-template <class T, bool PAIRED>
-cudaError_t launch_typed(const GemmArgs& a, int cluster, cudaStream_t stream) {
-  auto kernel = marlin_wgmma_kernel<T, PAIRED>;
-  if (cudaError_t e = device::allow_shared_memory<marlin_wgmma_kernel<T, PAIRED>>(kSmemBytes);
+template <class T, bool PAIRED, DType S>
+cudaError_t launch_scaled(const GemmArgs& a, int cluster, cudaStream_t stream) {
+  auto kernel = marlin_wgmma_kernel<T, PAIRED, S>;
+  if (cudaError_t e = device::allow_shared_memory<marlin_wgmma_kernel<T, PAIRED, S>>(kSmemBytes);
       e != cudaSuccess)
     return e;
   const int64_t col_blocks = (a.w.N + 64 * kRuns - 1) / (64 * kRuns);
@@ -292,6 +313,18 @@ cudaError_t launch_typed(const GemmArgs& a, int cluster, cudaStream_t stream) {
   return device::launch_clustered(kernel,
                                   dim3(unsigned(col_blocks * cluster), unsigned(row_blocks)),
                                   dim3(kThreads), kSmemBytes, stream, cluster, a, cluster);
+}
+
+template <class T, bool PAIRED>
+cudaError_t launch_typed(const GemmArgs& a, int cluster, cudaStream_t stream) {
+  switch (a.w.scale_dtype) {
+    case DType::f32:
+      return launch_scaled<T, PAIRED, DType::f32>(a, cluster, stream);
+    case DType::bf16:
+      return launch_scaled<T, PAIRED, DType::bf16>(a, cluster, stream);
+    default:
+      return launch_scaled<T, PAIRED, DType::f16>(a, cluster, stream);
+  }
 }
 
 }  // namespace
