@@ -196,7 +196,8 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
       };
       // The large-M path as the plugin runs it, with scratch for its largest plan.
       a.w = view(0);
-      const bool dequant = M >= dequant_gemm_rows(K, N) && dequant_gemm_takes(a);
+      const LargeM large = choose_large_m(a, wgmma_available(), true);
+      const bool dequant = large == LargeM::dequant_gemm;
       size_t scratch_bytes = plan_dequant_gemm(a).scratch_bytes();
       for (int64_t c : {int64_t(64), int64_t(N)})
         scratch_bytes = std::max(scratch_bytes, plan_dequant_gemm(a, c).scratch_bytes());
@@ -210,6 +211,8 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
         a.w = view(i % copies);
         if (dequant) {
           dequant_gemm(i, plan_dequant_gemm(a));
+        } else if (large == LargeM::wgmma) {
+          check_cuda(launch_marlin_wgmma(a, WgmmaConfig{}, dev.stream), "launch_marlin_wgmma");
         } else if ((o.tile_rows != 0 || !o.overlap) && !(M > 64 && tiled_takes(a))) {
           StreamConfig c = choose_stream_config(a, dev.sms);
           if (o.tile_rows != 0) c.tile_rows = o.tile_rows;
@@ -231,6 +234,7 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
       const double blas_us = tb.device_us;
       const double tbs = double(qbytes) / (us * 1e-6) / 1e12;
       const char* kernel = dequant                    ? "dequant+cuBLAS"
+                           : large == LargeM::wgmma   ? "wgmma"
                            : M > 64 && tiled_takes(a) ? "tiled"
                                                       : "stream";
       std::printf("%6lld %10.2f %10.2f %8.2f %10.2f %7.1f%% %9.2f %9s\n", (long long)M, us, blas_us,
@@ -308,21 +312,25 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
                       double(whole.weight_bytes) / (t * 1e-6) / 1e12);
         }
         if (M >= 16 && wgmma_takes(a) && wgmma_available()) {
-          // The warpgroup-MMA kernel with one or two sets of A fragments, at each split of K.
-          std::printf("  wgmma (chosen C%d):", choose_wgmma_cluster(a, dev.sms));
-          for (bool paired : {false, true})
-            for (int C : {1, 2, 3, 4}) {
-              WgmmaConfig c;
-              c.cluster = C;
-              c.paired = paired;
-              const double t =
-                  time_calls(o.iters, dev.stream, [&](int i) {
-                    a.w = view(i % copies);
-                    check_cuda(launch_marlin_wgmma(a, c, dev.stream), "launch_marlin_wgmma");
-                  }).device_us;
-              sweep.push_back({{"kernel", "wgmma"}, {"paired", paired}, {"C", C}, {"us", t}});
-              std::printf(" %sC%d %.1f", paired ? "P" : "", C, t);
-            }
+          // The warpgroup-MMA kernel with one or two sets of A fragments at each split of K, and
+          // above 128 rows its 256-row blocks (two sets).
+          const WgmmaConfig chosen = choose_wgmma_config(a, wgmma_fit());
+          std::printf("  wgmma (chosen R%d %sC%d):", chosen.rows, chosen.paired ? "P" : "",
+                      chosen.cluster);
+          for (int rows : {128, 256})
+            for (bool paired : {false, true})
+              for (int C : {1, 2, 3, 4}) {
+                if (rows == 256 && (!paired || M <= 128)) continue;
+                const WgmmaConfig c{C, paired, rows};
+                const double t =
+                    time_calls(o.iters, dev.stream, [&](int i) {
+                      a.w = view(i % copies);
+                      check_cuda(launch_marlin_wgmma(a, c, dev.stream), "launch_marlin_wgmma");
+                    }).device_us;
+                sweep.push_back(
+                    {{"kernel", "wgmma"}, {"paired", paired}, {"C", C}, {"rows", rows}, {"us", t}});
+                std::printf(" %s%sC%d %.1f", rows == 256 ? "R256" : "", paired ? "P" : "", C, t);
+              }
         }
         if (M >= 16) {
           std::printf("  tiled:");

@@ -1,7 +1,8 @@
 // The quantized linear kernels: linear_marlin (the Marlin layout; the small-M streaming kernel)
 // wherever Marlin's rules hold, and linear_general (the general layout) for every other valid
 // weight. Both upload at prepare and queue their forward on the call's stream; linear_marlin sends
-// large M with f16/bf16 activations to the dequantizing cuBLAS GEMM (dequant_gemm.hpp).
+// large M with f16/bf16 activations to the warpgroup-MMA kernel (sm_90a, up to 512 rows) or the
+// dequantizing cuBLAS GEMM (dequant_gemm.hpp).
 #include <nibble/sdk/portable_kernels.hpp>
 
 #include <algorithm>
@@ -17,6 +18,11 @@
 namespace nibble::cuda {
 
 namespace {
+
+// Up to this many rows, the large-M rows go to the warpgroup-MMA kernel where the device has it;
+// above, to the dequantizing cuBLAS GEMM (H200, six shapes: the kernel ties or wins at 512 rows
+// and loses at 1024; docs/cuda.md, "Large M on the warpgroup MMA").
+constexpr int64_t kWgmmaMostRows = 512;
 
 DType act_dtype(DLDataType t) {
   if (sdk::same_dtype(t, sdk::dtype_f16())) return DType::f16;
@@ -60,7 +66,11 @@ class MarlinLinearPrepared : public sdk::Prepared {
         bias_(bias_on_device(device, w)),
         sms_(device_attribute(device, cudaDevAttrMultiProcessorCount, "multiprocessor count")),
         fits_f16_(dequantized_fits_f16(w)),
-        cublas_(std::move(cublas)) {}
+        cublas_(std::move(cublas)) {
+    DeviceGuard guard(device_);
+    wgmma_ = wgmma_available();
+    if (wgmma_) wgmma_fit_ = wgmma_fit();
+  }
   size_t bytes() const override { return stack_.bytes() + bias_.bytes(); }
   void forward(const sdk::ForwardArgs& f, const sdk::Exec& e) const override {
     DeviceGuard guard(device_);
@@ -75,8 +85,14 @@ class MarlinLinearPrepared : public sdk::Prepared {
     a.bias = bias_.as<const float>();
     a.M = f.M;
     const cudaStream_t stream = static_cast<cudaStream_t>(e.stream);
-    if (a.M >= dequant_gemm_rows(a.w.K, a.w.N) && dequant_gemm_takes(a) &&
-        (a.x_dtype != DType::f16 || fits_f16_)) {
+    const bool large =
+        a.M >= dequant_gemm_rows(a.w.K, a.w.N) && (a.x_dtype != DType::f16 || fits_f16_);
+    if (large && a.M <= kWgmmaMostRows && wgmma_ && wgmma_takes(a)) {
+      check(launch_marlin_wgmma(a, choose_wgmma_config(a, wgmma_fit_), stream),
+            std::string(desc().name) + ": linear_marlin warpgroup-MMA launch");
+      return;
+    }
+    if (large && dequant_gemm_takes(a)) {
       const std::string what = std::string(desc().name) + ": linear_marlin large-M GEMM";
       const DequantGemmPlan plan = plan_dequant_gemm(a);
       StreamScratch scratch(plan.scratch_bytes(), stream, what);
@@ -97,8 +113,10 @@ class MarlinLinearPrepared : public sdk::Prepared {
   MarlinStack stack_;
   DeviceBuffer bias_;
   int sms_;
-  bool fits_f16_;  // f16 activations may take the dequantizing GEMM
+  bool fits_f16_;  // f16 activations may take the dequantizing GEMM and the warpgroup MMA
   std::shared_ptr<CublasPool> cublas_;
+  bool wgmma_ = false;  // the device runs the warpgroup-MMA kernel (compute capability 9.0)
+  WgmmaFit wgmma_fit_;
 };
 
 class GeneralLinearPrepared : public sdk::Prepared {

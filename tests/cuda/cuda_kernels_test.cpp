@@ -3,6 +3,7 @@
 // activations, outputs prefilled with NaN. Skipped, with the probe's reason, without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
@@ -120,7 +121,8 @@ void run_dequant_gemm_case(const LinearCase& c, int64_t chunk_cols, int64_t sum_
   run_marlin_kernel(c, MarlinPath::dequant, chunk_cols, sum_rows);
 }
 void run_wgmma(const LinearCase& c, cuda::WgmmaConfig config = {}) {
-  std::printf("  wgmma: cluster %d%s\n", config.cluster, config.paired ? ", paired" : "");
+  std::printf("  wgmma: cluster %d%s, %d rows\n", config.cluster, config.paired ? ", paired" : "",
+              config.rows);
   run_marlin_kernel(c, MarlinPath::wgmma, 0, 0, config);
 }
 
@@ -560,20 +562,23 @@ TEST(CudaMarlinWgmma, RowsDtypesGroupingsAndTails) {
     run_wgmma({spec(768, 192, 4, -1, true, false, f32, 83), 129, act});
     run_wgmma({spec(4096, 1024, 4, 128, false, false, f16, 84), 1024, act});
   }
-  // Both fragment schemes at every split of K (the ranks' stages uneven where 4 does not divide
-  // them; 2 stages for the 128-input case, so a rank may have none), with and without bias.
-  for (bool paired : {false, true})
-    for (int C : {1, 2, 3, 4}) {
-      const cuda::WgmmaConfig config{C, paired};
-      run_wgmma({spec(1280, 320, 4, 128, true, false, f16, 85), 200, bf16}, config);
-      run_wgmma({spec(128, 128, 4, 64, false, false, bf16, 86), 77, f16}, config);
-    }
+  // Both fragment schemes and both block heights at every split of K (the ranks' stages uneven
+  // where 4 does not divide them; 2 stages for the 128-input case, so a rank may have none), with
+  // and without bias, and rows over more than one block of either height.
+  for (int rows : {128, 256})
+    for (bool paired : {false, true})
+      for (int C : {1, 2, 3, 4}) {
+        if (rows == 256 && !paired) continue;
+        const cuda::WgmmaConfig config{C, paired, rows};
+        run_wgmma({spec(1280, 320, 4, 128, true, false, f16, 85), 200, bf16}, config);
+        run_wgmma({spec(128, 128, 4, 64, false, false, bf16, 86), 77, f16}, config);
+        run_wgmma({spec(1024, 256, 4, 128, false, false, bf16, 87), 600, f16}, config);
+      }
 }
 
-// What the warpgroup-MMA kernel takes (a host check: no GPU needed): act-order, groups of 32,
-// 8-bit weights, K not a multiple of 64, f32 activations, unaligned rows and MoE items go
-// elsewhere.
-TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
+// A 4096 × 14336 4-bit g128 layer's arguments with bf16 activations (no device memory: what the
+// host-side rules read).
+cuda::GemmArgs large_layer() {
   alignas(16) static const uint16_t x[8] = {};
   cuda::GemmArgs a;
   a.w.K = 4096;
@@ -582,6 +587,14 @@ TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
   a.w.group_slabs = 8;
   a.x = x;
   a.ldx = 4096;
+  return a;
+}
+
+// What the warpgroup-MMA kernel takes (a host check: no GPU needed): act-order, groups of 32,
+// 8-bit weights, K not a multiple of 64, f32 activations, unaligned rows and MoE items go
+// elsewhere.
+TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
+  cuda::GemmArgs a = large_layer();
   a.M = 1024;
   EXPECT_TRUE(cuda::wgmma_takes(a));
   auto refused = [&](const char* why, auto change) {
@@ -593,31 +606,83 @@ TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
   refused("groups of 32", [](cuda::GemmArgs& b) { b.w.group_slabs = 2; });
   refused("act-order", [](cuda::GemmArgs& b) {
     b.w.group_slabs = 0;
-    b.w.columns = reinterpret_cast<const int32_t*>(x);
+    b.w.columns = static_cast<const int32_t*>(b.x);
   });
   refused("8-bit", [](cuda::GemmArgs& b) { b.w.bits = 8; });
   refused("K % 64", [](cuda::GemmArgs& b) { b.w.K = 4096 + 16; });
   refused("f32 activations", [](cuda::GemmArgs& b) { b.x_dtype = cuda::DType::f32; });
   refused("y of another dtype", [](cuda::GemmArgs& b) { b.y_dtype = cuda::DType::f16; });
   refused("row stride", [](cuda::GemmArgs& b) { b.ldx = 4100; });
-  refused("unaligned x", [](cuda::GemmArgs& b) { b.x = x + 1; });
-  refused("MoE items", [](cuda::GemmArgs& b) { b.items = reinterpret_cast<const int4*>(x); });
+  refused("unaligned x", [](cuda::GemmArgs& b) { b.x = static_cast<const uint16_t*>(b.x) + 1; });
+  refused("MoE items", [](cuda::GemmArgs& b) { b.items = static_cast<const int4*>(b.x); });
   refused("the swiglu epilogue", [](cuda::GemmArgs& b) { b.epilogue = cuda::Epilogue::swiglu; });
   EXPECT_EQ(cuda::launch_marlin_wgmma(a, cuda::WgmmaConfig{5, false}, nullptr),
             cudaErrorInvalidValue)
       << "a cluster of 5";
-  // K is split while the 128 × 128 tiles leave multiprocessors idle, never below 4 stages a rank.
-  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 1) << "896 tiles";
-  a.w.N = 4096;
-  a.M = 64;
-  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 4) << "32 tiles";
-  a.M = 1024;
-  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 1) << "256 tiles";
-  a.M = 300;
-  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 2) << "96 tiles";
+  EXPECT_EQ(cuda::launch_marlin_wgmma(a, cuda::WgmmaConfig{1, false, 256}, nullptr),
+            cudaErrorInvalidValue)
+      << "256 rows with one fragment set";
+  EXPECT_EQ(cuda::launch_marlin_wgmma(a, cuda::WgmmaConfig{1, true, 192}, nullptr),
+            cudaErrorInvalidValue)
+      << "192 rows";
+  // The configuration on an H200-like fit (clusters of 4 fit 30 times at once, not 32): the
+  // largest split whose blocks all fit, two fragment sets, never below 4 stages a rank; 256-row
+  // blocks above 128 rows; one set and two blocks per SM only when even unsplit 128-row tiles
+  // outnumber the SMs.
+  cuda::WgmmaFit fit;
+  const int fits[5] = {0, 132, 66, 44, 30};
+  std::copy(fits, fits + 5, fit.clusters);
+  auto expect = [&](int64_t N, int64_t M, int rows, bool paired, int cluster, const char* why) {
+    cuda::GemmArgs b = a;
+    b.w.N = N;
+    b.M = M;
+    const cuda::WgmmaConfig c = cuda::choose_wgmma_config(b, fit);
+    EXPECT_EQ(c.rows, rows) << why;
+    EXPECT_EQ(c.paired, paired) << why;
+    EXPECT_EQ(c.cluster, cluster) << why;
+  };
+  expect(14336, 1024, 256, true, 1, "448 tiles of 256 rows");
+  expect(14336, 256, 256, true, 1, "112 tiles of 256 rows (224 of 128)");
+  expect(14336, 200, 256, true, 1, "a partial 256-row tile");
+  expect(14336, 128, 128, true, 1, "112 tiles");
+  expect(32768, 128, 128, false, 1, "256 tiles of 128 rows");
+  expect(8192, 64, 128, true, 2, "64 tiles");
+  expect(4096, 64, 128, true, 3, "32 tiles: 32 clusters of 4 do not fit");
+  expect(4096, 256, 128, true, 2, "64 tiles of 128 rows: split in two, they fit");
+  expect(4096, 512, 256, true, 2, "128 tiles of 128 rows: 64 of 256");
+  expect(2048, 64, 128, true, 4, "16 tiles");
   a.w.K = 512;
-  a.M = 64;
-  EXPECT_EQ(cuda::choose_wgmma_cluster(a, 132), 2) << "8 stages";
+  expect(2048, 64, 128, true, 2, "8 stages");
+}
+
+// Which large-M kernel linear_marlin runs (a host check): from the dequantizing GEMM's row
+// threshold, the warpgroup-MMA kernel up to 512 rows where the device has it and the kernel
+// takes the weight, dequantize-then-cuBLAS otherwise; f16 activations on neither when the
+// dequantized weight leaves f16's range.
+TEST(CudaMarlinDispatch, LargeMKernelByRowsDeviceAndWeight) {
+  cuda::GemmArgs a = large_layer();
+  using cuda::LargeM;
+  auto at = [&](int64_t M, bool wgmma = true, bool f16_fits = true) {
+    cuda::GemmArgs b = a;
+    b.M = M;
+    return cuda::choose_large_m(b, wgmma, f16_fits);
+  };
+  EXPECT_EQ(at(48), LargeM::none);
+  EXPECT_EQ(at(49), LargeM::wgmma);
+  EXPECT_EQ(at(512), LargeM::wgmma);
+  EXPECT_EQ(at(513), LargeM::dequant_gemm);
+  EXPECT_EQ(at(100, false), LargeM::dequant_gemm) << "no warpgroup MMA on the device";
+  a.x_dtype = a.y_dtype = cuda::DType::f16;
+  EXPECT_EQ(at(100), LargeM::wgmma);
+  EXPECT_EQ(at(100, true, false), LargeM::none) << "dequantized weights past f16's range";
+  a.x_dtype = a.y_dtype = cuda::DType::bf16;
+  a.w.bits = 8;
+  EXPECT_EQ(at(100), LargeM::dequant_gemm) << "8-bit";
+  a.w.bits = 4;
+  a.w.K = a.w.N = 2048;
+  a.ldx = 2048;
+  EXPECT_EQ(at(64), LargeM::none) << "a small layer keeps the small-M kernel to 64 rows";
+  EXPECT_EQ(at(65), LargeM::wgmma);
 }
 
 TEST(CudaGeneral, AnyGroupingZeroAndWidth) {

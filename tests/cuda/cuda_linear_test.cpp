@@ -1,7 +1,9 @@
 // The cuda plugin through its C ABI: the probe and device checks (everywhere), then on a GPU every
 // linear and dense kernel against the float64 reference with tensors allocated through the
-// plugin's own device memory — Marlin where its rules hold, the general kernel for the weights
-// Marlin refuses (each refusal names its reason), cuBLAS for dense layers.
+// plugin's own device memory — Marlin where its rules hold (row counts that reach each of its
+// kernels: streaming, tiled, warpgroup MMA on compute capability 9.0, dequantize-then-cuBLAS), the
+// general kernel for the weights Marlin refuses (each refusal names its reason), cuBLAS for dense
+// layers.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -93,7 +95,7 @@ void run_linear_cases(const Linear& c) {
   const std::unique_ptr<PreparedLayer> p = prepare_linear(k, d, w);
   EXPECT_GT(p->bytes(), size_t(w.K * w.N * w.bits / 8));
   for (DLDataType dt : {sdk::dtype_bf16(), sdk::dtype_f16(), sdk::dtype_f32()})
-    for (int64_t M : {1, 3, 16, 64, 65, 300}) {
+    for (int64_t M : {1, 3, 16, 64, 65, 300, 600}) {
       const Activations x = random_activations(M, w.K, dt, uint32_t(M) + c.spec.seed);
       const int64_t ld = M % 2 == 1 ? w.K + 8 : 0;  // odd M: a row stride past K
       DeviceTensor dx(M, w.K, dt, ld), dy(M, w.N, dt, M % 2 == 1 ? w.N + 3 : 0);

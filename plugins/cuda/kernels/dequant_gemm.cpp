@@ -21,6 +21,17 @@ constexpr int64_t kMostSumBytes = int64_t(256) << 20;
 
 int64_t dequant_gemm_rows(int64_t K, int64_t N) { return K * N >= (int64_t(1) << 24) ? 49 : 65; }
 
+// Up to this many rows the warpgroup-MMA kernel (H200, six shapes: it ties or wins at 512 rows
+// and loses at 1024; docs/cuda.md, "Large M on the warpgroup MMA").
+constexpr int64_t kWgmmaMostRows = 512;
+
+LargeM choose_large_m(const GemmArgs& a, bool wgmma, bool f16_fits) {
+  if (a.M < dequant_gemm_rows(a.w.K, a.w.N) || (a.x_dtype == DType::f16 && !f16_fits))
+    return LargeM::none;
+  if (wgmma && a.M <= kWgmmaMostRows && wgmma_takes(a)) return LargeM::wgmma;
+  return dequant_gemm_takes(a) ? LargeM::dequant_gemm : LargeM::none;
+}
+
 bool dequant_gemm_takes(const GemmArgs& a) {
   return a.items == nullptr && a.epilogue == Epilogue::store && a.x_dtype != DType::f32 &&
          a.y_dtype == a.x_dtype && a.w.K % 16 == 0 && a.w.N % 64 == 0 && a.w.K <= INT_MAX &&

@@ -111,23 +111,38 @@ bool wgmma_available();
 /// multiple of 8 elements and 16-byte alignment, y of x's dtype, no MoE items.
 bool wgmma_takes(const GemmArgs& a);
 
-/// How the warpgroup-MMA kernel runs: blocks per cluster splitting K (1..4; 0 picks from the
-/// shape and `sm_count`), and whether a warpgroup keeps two sets of A fragments so that it
-/// dequantizes the next stage while this stage's MMAs run (one block per multiprocessor) or one
-/// set (two blocks per multiprocessor overlapping each other).
+/// How the warpgroup-MMA kernel runs: blocks per cluster splitting K (1..4; 0 lets
+/// choose_wgmma_config pick everything), and whether a warpgroup keeps two sets of A fragments so
+/// that it dequantizes the next stage while this stage's MMAs run (one block per multiprocessor) or
+/// one set (two blocks per multiprocessor overlapping each other).
 struct WgmmaConfig {
   int cluster = 0;
   bool paired = false;
-  int sm_count = 132;
+  /// Activation rows per block: 128, or 256 (two fragment sets only).
+  int rows = 128;
 };
 
-/// The cluster launch_marlin_wgmma uses for `a` when given 0, on `sm_count` multiprocessors.
-int choose_wgmma_cluster(const GemmArgs& a, int sm_count);
+/// How many clusters of 1..4 blocks of the one-block-per-SM kernels (two fragment sets, or 256
+/// rows) the device runs at once: clusters[c], from the CUDA occupancy calculator.
+struct WgmmaFit {
+  int clusters[5] = {0, 0, 0, 0, 0};
+};
+
+/// The current device's WgmmaFit, queried once per device.
+WgmmaFit wgmma_fit();
+
+/// The configuration a cluster of 0 stands for: 256 rows per block above 128 rows where the
+/// 128-row tiles outnumber the clusters of two that fit; the largest cluster (up to 4, at least
+/// four stages per rank) whose blocks all fit at once, two fragment sets; where even unsplit
+/// tiles outnumber the SMs, one fragment set and two blocks per SM (128 rows) or still two sets
+/// (256 rows).
+WgmmaConfig choose_wgmma_config(const GemmArgs& a, const WgmmaFit& fit);
 
 /// Queue y = x·Wᵀ (+ bias) with the large-M kernel on Hopper's warpgroup MMA: the weight
 /// dequantized in registers as (q − z)·s (fp32 scale, rounded once to x's dtype) inside the main
 /// loop, fp32 accumulation over all of K; only where wgmma_available() (cudaErrorInvalidValue
-/// when wgmma_takes() is false or the cluster is out of range).
+/// when wgmma_takes() is false, the cluster is out of range, or config.rows is not 128 or 256 —
+/// 256 only paired). A cluster of 0 takes choose_wgmma_config's whole configuration.
 cudaError_t launch_marlin_wgmma(const GemmArgs& a, WgmmaConfig config, cudaStream_t stream);
 
 /// Queue W's outputs [n0, n1) (multiples of 64) dequantized as (q − z)·s, the fp32 scale applied

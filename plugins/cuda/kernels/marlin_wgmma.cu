@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "launch.hpp"
@@ -34,21 +36,26 @@ namespace {
 
 constexpr int kRuns = 2;  // 64-wide runs per block, one per warpgroup
 constexpr int kThreads = 128 * kRuns;
-constexpr int kRows = 128;   // activation rows per block: the MMA's N
 constexpr int kStageK = 64;  // input channels per stage: one 128-byte row of 16-bit values
 constexpr int kSlabs = kStageK / 16;
 constexpr int kStages = 5;
-constexpr int kXBytes = kRows * kStageK * 2;   // 16 KiB, a multiple of the 1024-byte atom
 constexpr int kWBytes = kRuns * kSlabs * 512;  // 4-bit: 32 lanes × 16 bytes per run and slab
 constexpr int kScaleBytes = kRuns * 64 * 4;    // the stage's group of scales, up to fp32
 constexpr int kZeroBytes = kRuns * 8 * 4;      // and of 4-bit zero points (8 words per run)
-constexpr int kStageBytes = kXBytes + kWBytes + 1024;  // + scales and zero points, 1024-aligned
 static_assert(kScaleBytes + kZeroBytes <= 1024, "a stage's scales and zero points");
-constexpr int kSumLd = kRuns * 64 + 4;                    // a row of the block's fp32 sums, padded
-constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the atoms
+constexpr int kSumLd = kRuns * 64 + 4;  // a row of the block's fp32 sums, padded
 constexpr int kMaxCluster = 4;
-static_assert(kStageBytes % 1024 == 0, "every stage's activations must start on a 1024-byte atom");
-static_assert(kRows * kSumLd * 4 <= kStages * kStageBytes, "the sums reuse the pipeline");
+
+// A block's activation rows, the MMA's N: 128, or 256 (twice the MMA work per dequantized
+// weight, 128 accumulators per thread, so with two fragment sets only, one block per SM).
+template <int ROWS>
+struct Tile {
+  static constexpr int kXBytes = ROWS * kStageK * 2;            // a multiple of the 1024-byte atom
+  static constexpr int kStageBytes = kXBytes + kWBytes + 1024;  // + scales, zero points
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the atoms
+  static_assert(kStageBytes % 1024 == 0, "every stage's activations must start on an atom");
+  static_assert(ROWS * kSumLd * 4 <= kStages * kStageBytes, "the sums reuse the pipeline");
+};
 
 // The fp32 scale at index i of a run's 64 scales of the group in shared memory, stored as S.
 template <DType S>
@@ -87,10 +94,12 @@ __device__ __forceinline__ uint32_t scaled(uint32_t exact, float s) {
 // warpgroup dequantizes the next stage while the MMAs of this one run (more registers: one block
 // per multiprocessor); otherwise one set, waited for at the end of each stage, and two blocks per
 // multiprocessor overlap each other.
-template <class T, bool PAIRED, DType S>
-__global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
+template <class T, bool PAIRED, DType S, int ROWS>
+__global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
     marlin_wgmma_kernel(const GemmArgs a, int cluster) {
 #if NIBBLE_WGMMA
+  constexpr int kRows = ROWS, kXBytes = Tile<ROWS>::kXBytes;
+  constexpr int kStageBytes = Tile<ROWS>::kStageBytes;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   // Aligned by an offset from the shared array itself, so that its loads stay shared-memory
   // loads (through an integer cast the compiler emitted generic ones).
@@ -107,17 +116,17 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
   const int64_t slab_stride = w.N / 2;  // uint4 per slab row (4-bit: N · 4 / 8 / 16 · 16)
   const uint4* qw = reinterpret_cast<const uint4*>(w.qweight);
 
-  // Copies: activations, 1024 16-byte chunks per stage (4 per thread, same column every stage);
-  // weights, 256 chunks per stage (one per thread: run tid / 128, slab (tid / 32) % 4, lane).
+  // Copies: activations, 8 16-byte chunks per row and stage (ROWS / 32 per thread, same column
+  // every stage); weights, 256 chunks per stage (one per thread: run tid / 128, slab
+  // (tid / 32) % 4, lane).
+  constexpr int kXCopies = kRows / 32;
   const int x_col = tid % 8, x_row = tid / 8;
-  const char* x_src[4];
-  bool x_ok[4];
+  const char* x_src = static_cast<const char*>(a.x) + x_col * 16;
+  const int64_t x_step = 32 * a.ldx * 2;  // bytes from one copy's row to the next
+  const int64_t x_first = (m0 + x_row) * a.ldx * 2;
+  uint32_t x_ok = 0;  // bit i: row x_row + 32·i of the block exists
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t row = m0 + x_row + 32 * i;
-    x_ok[i] = row < a.M;
-    x_src[i] = static_cast<const char*>(a.x) + (x_ok[i] ? row * a.ldx * 2 : 0) + x_col * 16;
-  }
+  for (int i = 0; i < kXCopies; ++i) x_ok |= uint32_t(m0 + x_row + 32 * i < a.M) << i;
   const int x_dst = x_row * 128 + ((x_col ^ (x_row % 8)) * 16);  // + 32 rows · 128 bytes per i
   const int w_run = tid / 128, w_slab = (tid / 32) % 4;
   const bool w_ok = n0 + 64 * w_run < w.N;
@@ -133,9 +142,11 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
     uint8_t* base = smem + (i % kStages) * kStageBytes;
     const int st = first + i;
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-      device::cp_async16(base + x_dst + c * 32 * 128, x_src[c] + st * kStageK * 2,
-                         x_ok[c] ? 16 : 0);
+    for (int c = 0; c < kXCopies; ++c) {
+      const bool ok = (x_ok >> c) & 1;  // a missing row is zero-filled from a valid address
+      device::cp_async16(base + x_dst + c * 32 * 128,
+                         x_src + (ok ? x_first + c * x_step + st * kStageK * 2 : 0), ok ? 16 : 0);
+    }
     device::cp_async16(base + kXBytes + tid * 16, w_src + int64_t(st) * kSlabs * slab_stride,
                        w_ok ? 16 : 0);
     // The group's scales of the block's outputs (contiguous: the permutation stays within a run)
@@ -193,7 +204,8 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
       frag[i][3] = scaled<T>(b1[1], c.s1);
     }
   };
-  auto issue_stage = [&](const uint8_t* base, const uint32_t(&frag)[kSlabs][4], float(&acc)[64]) {
+  auto issue_stage = [&](const uint8_t* base, const uint32_t(&frag)[kSlabs][4],
+                         float(&acc)[kRows / 2]) {
     device::wgmma_fence();
 #pragma unroll
     for (int i = 0; i < kSlabs; ++i)
@@ -201,9 +213,9 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
     device::wgmma_commit();
   };
 
-  float acc[64];
+  float acc[kRows / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  for (int i = 0; i < kRows / 2; ++i) acc[i] = 0.f;
 
   // PAIRED: MMAs of stage i - 1 may run during stage i, so a buffer is refilled two stages after
   // its MMAs were issued (lookahead kStages - 2); otherwise one stage after (kStages - 1).
@@ -241,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
   }
   device::wgmma_wait<0>();
 #pragma unroll
-  for (int i = 0; i < 64; ++i) device::fence_register(acc[i]);
+  for (int i = 0; i < kRows / 2; ++i) device::fence_register(acc[i]);
   device::cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the block's fp32 sums
 
@@ -301,10 +313,12 @@ __global__ void __launch_bounds__(kThreads, PAIRED ? 1 : 2)
 #endif
 }
 
-template <class T, bool PAIRED, DType S>
+template <class T, bool PAIRED, DType S, int ROWS>
 cudaError_t launch_scaled(const GemmArgs& a, int cluster, cudaStream_t stream) {
-  auto kernel = marlin_wgmma_kernel<T, PAIRED, S>;
-  if (cudaError_t e = device::allow_shared_memory<marlin_wgmma_kernel<T, PAIRED, S>>(kSmemBytes);
+  constexpr int kRows = ROWS, kSmemBytes = Tile<ROWS>::kSmemBytes;
+  auto kernel = marlin_wgmma_kernel<T, PAIRED, S, ROWS>;
+  if (cudaError_t e =
+          device::allow_shared_memory<marlin_wgmma_kernel<T, PAIRED, S, ROWS>>(kSmemBytes);
       e != cudaSuccess)
     return e;
   const int64_t col_blocks = (a.w.N + 64 * kRuns - 1) / (64 * kRuns);
@@ -315,16 +329,54 @@ cudaError_t launch_scaled(const GemmArgs& a, int cluster, cudaStream_t stream) {
                                   dim3(kThreads), kSmemBytes, stream, cluster, a, cluster);
 }
 
-template <class T, bool PAIRED>
-cudaError_t launch_typed(const GemmArgs& a, int cluster, cudaStream_t stream) {
+template <class T, bool PAIRED, int ROWS>
+cudaError_t launch_rows(const GemmArgs& a, int cluster, cudaStream_t stream) {
   switch (a.w.scale_dtype) {
     case DType::f32:
-      return launch_scaled<T, PAIRED, DType::f32>(a, cluster, stream);
+      return launch_scaled<T, PAIRED, DType::f32, ROWS>(a, cluster, stream);
     case DType::bf16:
-      return launch_scaled<T, PAIRED, DType::bf16>(a, cluster, stream);
+      return launch_scaled<T, PAIRED, DType::bf16, ROWS>(a, cluster, stream);
     default:
-      return launch_scaled<T, PAIRED, DType::f16>(a, cluster, stream);
+      return launch_scaled<T, PAIRED, DType::f16, ROWS>(a, cluster, stream);
   }
+}
+
+template <class T>
+cudaError_t launch_typed(const GemmArgs& a, const WgmmaConfig& c, cudaStream_t stream) {
+  if (c.rows == 256) return launch_rows<T, true, 256>(a, c.cluster, stream);
+  return c.paired ? launch_rows<T, true, 128>(a, c.cluster, stream)
+                  : launch_rows<T, false, 128>(a, c.cluster, stream);
+}
+
+// The clusters of the one-block-per-SM kernels that fit at once, asked of the occupancy
+// calculator for the 256-row one (the larger shared memory; the two-set 128-row kernel's
+// registers already allow one block per SM, and the dtypes change neither).
+WgmmaFit query_fit() {
+  WgmmaFit fit;
+  auto kernel = marlin_wgmma_kernel<__nv_bfloat16, true, DType::f16, 256>;
+  constexpr int kSmemBytes = Tile<256>::kSmemBytes;
+  if (device::allow_shared_memory<marlin_wgmma_kernel<__nv_bfloat16, true, DType::f16, 256>>(
+          kSmemBytes) != cudaSuccess)
+    return fit;
+  for (int c = 1; c <= kMaxCluster; ++c) {
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = unsigned(c);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.gridDim = dim3(unsigned(c), 1, 1);
+    config.blockDim = dim3(kThreads, 1, 1);
+    config.dynamicSmemBytes = kSmemBytes;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) == cudaSuccess)
+      fit.clusters[c] = n;
+    else
+      (void)cudaGetLastError();
+  }
+  return fit;
 }
 
 }  // namespace
@@ -353,27 +405,49 @@ bool wgmma_takes(const GemmArgs& a) {
          a.y_dtype == a.x_dtype && a.w.bits == 4 && a.w.columns == nullptr && a.w.group_slabs > 0 &&
          a.w.group_slabs % kSlabs == 0 && a.w.K % kStageK == 0 && a.w.N % 64 == 0 &&
          a.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.w.K <= INT32_MAX / 2 &&
-         a.M <= int64_t(65535) * kRows;
+         a.M <= int64_t(65535) * 128;
 }
 
-int choose_wgmma_cluster(const GemmArgs& a, int sm_count) {
-  // Split K while the tiles leave multiprocessors idle (two blocks fit on each), keeping at
-  // least four stages per rank.
-  const int64_t tiles = (a.w.N + 127) / 128 * ((a.M + kRows - 1) / kRows);
-  const int64_t c = std::min<int64_t>(2 * sm_count / std::max<int64_t>(1, tiles), kMaxCluster);
-  return int(std::clamp<int64_t>(std::min<int64_t>(c, a.w.K / kStageK / 4), 1, kMaxCluster));
+WgmmaFit wgmma_fit() {
+  static std::mutex mutex;
+  static std::map<int, WgmmaFit> known;  // by device
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return WgmmaFit{};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(dev);
+  if (it == known.end()) it = known.emplace(dev, query_fit()).first;
+  return it->second;
+}
+
+WgmmaConfig choose_wgmma_config(const GemmArgs& a, const WgmmaFit& fit) {
+  // Measured on the H200 over six shapes at 64-512 rows (docs/cuda.md, "Large M on the warpgroup
+  // MMA"): 256-row blocks win once the 128-row tiles are too many to split K over two blocks in
+  // one wave; with every block resident at once the two-set scheme wins, and a larger split wins
+  // until its clusters no longer all fit (128 blocks in clusters of 4 ran as two waves there).
+  WgmmaConfig c;
+  const int64_t col_tiles = (a.w.N + 127) / 128;
+  c.rows = a.M > 128 && col_tiles * ((a.M + 127) / 128) > fit.clusters[2] ? 256 : 128;
+  const int64_t tiles = col_tiles * ((a.M + c.rows - 1) / c.rows);
+  const int64_t stages = a.w.K / kStageK;
+  c.paired = true;
+  for (int split = kMaxCluster; split >= 1; --split)
+    if ((split == 1 || stages / split >= 4) && tiles <= fit.clusters[split]) {
+      c.cluster = split;
+      return c;
+    }
+  c.cluster = 1;
+  c.paired = c.rows == 256;
+  return c;
 }
 
 cudaError_t launch_marlin_wgmma(const GemmArgs& a, WgmmaConfig config, cudaStream_t stream) {
-  if (!wgmma_takes(a) || config.cluster < 0 || config.cluster > kMaxCluster)
+  if (!wgmma_takes(a) || config.cluster < 0 || config.cluster > kMaxCluster ||
+      (config.rows != 128 && config.rows != 256) || (config.rows == 256 && !config.paired))
     return cudaErrorInvalidValue;
   if (a.M == 0 || a.w.N == 0) return cudaSuccess;
-  const int cluster = config.cluster ? config.cluster : choose_wgmma_cluster(a, config.sm_count);
-  if (a.x_dtype == DType::f16)
-    return config.paired ? launch_typed<__half, true>(a, cluster, stream)
-                         : launch_typed<__half, false>(a, cluster, stream);
-  return config.paired ? launch_typed<__nv_bfloat16, true>(a, cluster, stream)
-                       : launch_typed<__nv_bfloat16, false>(a, cluster, stream);
+  if (config.cluster == 0) config = choose_wgmma_config(a, wgmma_fit());
+  if (a.x_dtype == DType::f16) return launch_typed<__half>(a, config, stream);
+  return launch_typed<__nv_bfloat16>(a, config, stream);
 }
 
 }  // namespace nibble::cuda

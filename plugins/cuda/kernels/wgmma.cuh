@@ -71,27 +71,27 @@ template <class T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                          uint64_t desc_b);
 
+// Accumulators d[i] .. d[i + 63] as read-write asm operands.
+#define NIBBLE_WGMMA_ACC8(d, i)                                                               \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define NIBBLE_WGMMA_ACC64(d, i)                                                                \
+  NIBBLE_WGMMA_ACC8(d, i), NIBBLE_WGMMA_ACC8(d, i + 8), NIBBLE_WGMMA_ACC8(d, i + 16),           \
+      NIBBLE_WGMMA_ACC8(d, i + 24), NIBBLE_WGMMA_ACC8(d, i + 32), NIBBLE_WGMMA_ACC8(d, i + 40), \
+      NIBBLE_WGMMA_ACC8(d, i + 48), NIBBLE_WGMMA_ACC8(d, i + 56)
+
 // The m64n128k16 MMA with A in registers for one 16-bit TYPE ("bf16" or "f16").
-#define NIBBLE_WGMMA_M64N128K16_RS(TYPE)                                                           \
-  asm volatile(                                                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                 \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                                 \
-      " "                                                                                          \
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                    \
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                           \
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                           \
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "                         \
-      "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"                                                   \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
-        "+f"(d[63])                                                                                \
+#define NIBBLE_WGMMA_M64N128K16_RS(TYPE)                                   \
+  asm volatile(                                                            \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                         \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE         \
+      " "                                                                  \
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"            \
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"   \
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"   \
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, " \
+      "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"                           \
+      : NIBBLE_WGMMA_ACC64(d, 0)                                           \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 
 template <>
@@ -115,5 +115,48 @@ __device__ __forceinline__ void wgmma_rs<__half, 128>(float (&d)[64], const uint
 }
 
 #undef NIBBLE_WGMMA_M64N128K16_RS
+
+// The m64n256k16 MMA with A in registers: the same, 128 accumulators per thread.
+#define NIBBLE_WGMMA_M64N256K16_RS(TYPE)                                                   \
+  asm volatile(                                                                            \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                        \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE                         \
+      " {"                                                                                 \
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                             \
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                   \
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                   \
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"                   \
+      "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"                   \
+      "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"                   \
+      "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"       \
+      "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, " \
+      "{%128,%129,%130,%131}, %132, p, 1, 1, 0;\n}\n"                                      \
+      : NIBBLE_WGMMA_ACC64(d, 0), NIBBLE_WGMMA_ACC64(d, 64)                                \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 256>(float (&d)[128],
+                                                             const uint32_t (&a)[4],
+                                                             uint64_t desc_b) {
+#if NIBBLE_WGMMA
+  NIBBLE_WGMMA_M64N256K16_RS("bf16");
+#else
+  __trap();
+#endif
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<__half, 256>(float (&d)[128], const uint32_t (&a)[4],
+                                                      uint64_t desc_b) {
+#if NIBBLE_WGMMA
+  NIBBLE_WGMMA_M64N256K16_RS("f16");
+#else
+  __trap();
+#endif
+}
+
+#undef NIBBLE_WGMMA_M64N256K16_RS
+#undef NIBBLE_WGMMA_ACC64
+#undef NIBBLE_WGMMA_ACC8
 
 }  // namespace nibble::cuda::device
