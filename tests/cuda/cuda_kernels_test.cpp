@@ -613,6 +613,7 @@ TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
   refused("f32 activations", [](cuda::GemmArgs& b) { b.x_dtype = cuda::DType::f32; });
   refused("y of another dtype", [](cuda::GemmArgs& b) { b.y_dtype = cuda::DType::f16; });
   refused("row stride", [](cuda::GemmArgs& b) { b.ldx = 4100; });
+  refused("a row stride past 2^22", [](cuda::GemmArgs& b) { b.ldx = (int64_t(1) << 22) + 8; });
   refused("unaligned x", [](cuda::GemmArgs& b) { b.x = static_cast<const uint16_t*>(b.x) + 1; });
   refused("MoE items", [](cuda::GemmArgs& b) { b.items = static_cast<const int4*>(b.x); });
   refused("the swiglu epilogue", [](cuda::GemmArgs& b) { b.epilogue = cuda::Epilogue::swiglu; });

@@ -108,7 +108,7 @@ bool wgmma_available();
 
 /// Whether launch_marlin_wgmma takes `a`: 4-bit weights without act-order, groups of 64 or more
 /// input channels (or one per channel), K % 64 = 0, f16/bf16 activations with a row stride of a
-/// multiple of 8 elements and 16-byte alignment, y of x's dtype, no MoE items.
+/// multiple of 8 elements up to 2^22 and 16-byte alignment, y of x's dtype, no MoE items.
 bool wgmma_takes(const GemmArgs& a);
 
 /// How the warpgroup-MMA kernel runs: blocks per cluster splitting K (1..4; 0 lets
