@@ -6,12 +6,12 @@
 // rounded once to the activations' dtype — the weight a bf16/f16 model holds, and the same
 // rounding as the dequantize-then-cuBLAS path (docs/formats.md, scale precision) — so the MMA
 // accumulates over all of K with no per-group epilogue. The activations are the B operand: 128
-// rows × 64 input channels per stage, copied with cp.async into 128-byte-swizzled shared memory
-// that the MMA reads through a descriptor; the stage's packed weights, scales and zero points ride
-// along. A block is two warpgroups (two runs, 128 outputs) × 128 rows; K may be split over a
-// cluster of blocks whose fp32 sums meet in distributed shared memory, which is what makes small
-// M fast (docs/cuda.md, "Large M on the warpgroup MMA"). A warpgroup issues a stage's four MMAs
-// under one fence.
+// or 256 rows × 64 input channels per stage, copied with cp.async into 128-byte-swizzled shared
+// memory that the MMA reads through a descriptor; the stage's packed weights, scales and zero
+// points ride along. A block is two warpgroups (two runs, 128 outputs) × 128 or 256 rows; K may
+// be split over a cluster of blocks whose fp32 sums meet in distributed shared memory, which is
+// what makes small M fast (docs/cuda.md, "Large M on the warpgroup MMA"). A warpgroup issues a
+// stage's four MMAs under one fence.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -89,11 +89,11 @@ __device__ __forceinline__ uint32_t scaled(uint32_t exact, float s) {
   }
 }
 
-// One block: outputs n0..n0 + 127 (two runs, one per warpgroup) × rows m0..m0 + 127 over the
-// stages [first, last) of its cluster rank. PAIRED keeps two sets of A fragments so that a
-// warpgroup dequantizes the next stage while the MMAs of this one run (more registers: one block
-// per multiprocessor); otherwise one set, waited for at the end of each stage, and two blocks per
-// multiprocessor overlap each other.
+// One block: outputs n0..n0 + 127 (two runs, one per warpgroup) × rows m0..m0 + ROWS - 1 over
+// the stages [first, last) of its cluster rank; S is the scales' dtype. PAIRED keeps two sets of A
+// fragments so that a warpgroup dequantizes the next stage while the MMAs of this one run (more
+// registers: one block per multiprocessor); otherwise one set, waited for at the end of each stage,
+// and two blocks per multiprocessor overlap each other.
 template <class T, bool PAIRED, DType S, int ROWS>
 __global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
     marlin_wgmma_kernel(const GemmArgs a, int cluster) {
