@@ -19,11 +19,6 @@ namespace nibble::cuda {
 
 namespace {
 
-// Up to this many rows, the large-M rows go to the warpgroup-MMA kernel where the device has it;
-// above, to the dequantizing cuBLAS GEMM (H200, six shapes: the kernel ties or wins at 512 rows
-// and loses at 1024; docs/cuda.md, "Large M on the warpgroup MMA").
-constexpr int64_t kWgmmaMostRows = 512;
-
 DType act_dtype(DLDataType t) {
   if (sdk::same_dtype(t, sdk::dtype_f16())) return DType::f16;
   if (sdk::same_dtype(t, sdk::dtype_bf16())) return DType::bf16;
@@ -85,14 +80,13 @@ class MarlinLinearPrepared : public sdk::Prepared {
     a.bias = bias_.as<const float>();
     a.M = f.M;
     const cudaStream_t stream = static_cast<cudaStream_t>(e.stream);
-    const bool large =
-        a.M >= dequant_gemm_rows(a.w.K, a.w.N) && (a.x_dtype != DType::f16 || fits_f16_);
-    if (large && a.M <= kWgmmaMostRows && wgmma_ && wgmma_takes(a)) {
+    const LargeM large = choose_large_m(a, wgmma_, fits_f16_);
+    if (large == LargeM::wgmma) {
       check(launch_marlin_wgmma(a, choose_wgmma_config(a, wgmma_fit_), stream),
             std::string(desc().name) + ": linear_marlin warpgroup-MMA launch");
       return;
     }
-    if (large && dequant_gemm_takes(a)) {
+    if (large == LargeM::dequant_gemm) {
       const std::string what = std::string(desc().name) + ": linear_marlin large-M GEMM";
       const DequantGemmPlan plan = plan_dequant_gemm(a);
       StreamScratch scratch(plan.scratch_bytes(), stream, what);
