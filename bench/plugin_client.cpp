@@ -123,10 +123,12 @@ std::string Plugin::probe_detail() const {
 
 const nibble_kernel* Plugin::best_kernel(const nibble_layer_desc& d, std::string* why) const {
   const nibble_kernel* best = nullptr;
+  bool candidates = false;
   for (const nibble_kernel* k : plugin_.kernels()) {
     if (k->op != d.op || k->numeric_mode != d.numeric_mode) continue;
     // Layers go where the plugin's device is: its other kernels are not candidates.
     if (sdk::host::kernel_device_type(k) != device_.dl_device().device_type) continue;
+    candidates = true;
     std::string reason;
     if (!sdk::host::can_implement(k, d, &reason)) {
       if (why) *why += std::string(k->name) + ": " + reason + "; ";
@@ -134,6 +136,8 @@ const nibble_kernel* Plugin::best_kernel(const nibble_layer_desc& d, std::string
     }
     if (!best || k->priority > best->priority) best = k;
   }
+  if (!candidates && why)
+    *why = "the backend has no kernel for this operation in this numeric mode on its device";
   return best;
 }
 

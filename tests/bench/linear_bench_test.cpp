@@ -1,12 +1,14 @@
 // `nibble bench` end to end on small layers at two thread counts: every case runs at each count
 // and says which, the limits are recorded per count, the targets list is there and each `met`
-// agrees with its value and goal; the dispatch probe times every layer at every count; a bad
-// number is refused with the option, the value and the range.
+// agrees with its value and goal; the dispatch probe times every layer at every count; a mode
+// without a kernel is skipped with the reason; a bad number is refused with the option, the value
+// and the range.
 #include "bench_cli.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -119,6 +121,29 @@ TEST(LinearBench, TheDispatchProbeTimesEveryLayerAtEachThreadCount) {
   // The same layer at both counts.
   EXPECT_EQ(d[0].at("threads"), 1);
   EXPECT_EQ(d[4].at("threads"), 2);
+}
+
+// A mode for which the backend has no kernel at all is skipped with that reason (gpu_ref has no
+// W4A8 kernel), not with an empty one.
+TEST(LinearBench, SaysWhyAModeHasNoKernel) {
+  testing::internal::CaptureStdout();
+  bench({"--plugin-dir",  NIBBLE_PLUGIN_BUILD_DIR,
+         "--backend",     "gpu_ref",
+         "--shapes",      "256x256",
+         "--m",           "1",
+         "--threads",     "1",
+         "--rounds",      "3",
+         "--min-seconds", "0",
+         "--cold-mib",    "4",
+         "--modes",       "w4a8",
+         "--baseline",    "none",
+         "--no-onednn",   "--no-warm"});
+  std::fflush(stdout);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("256x256 w4a8: no kernel (the backend has no kernel for this operation in "
+                     "this numeric mode on its device)"),
+            std::string::npos)
+      << out;
 }
 
 TEST(LinearBench, ABadNumberNamesTheOptionTheValueAndTheRange) {
