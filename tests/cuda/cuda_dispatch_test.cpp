@@ -1,0 +1,304 @@
+// The CUDA backend's host-side rules, no GPU needed: the small-M kernel's split, the large-M
+// plan of the dequantizing GEMM, what the warpgroup-MMA kernel takes and its configuration, and
+// which large-M kernel linear_marlin runs. Each checks the choices the H200 sweeps measured
+// fastest (docs/cuda.md) and that every choice is one the launchers take.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dequant_gemm.hpp"
+#include "launch.hpp"
+
+namespace nibble::test {
+namespace {
+
+// The small-M split rule (host code, no GPU needed) on a 132-SM device: the splits H200 sweeps
+// measured fastest for one tile of rows (docs/cuda.md, "Choosing the split"), and for every
+// shape a split the launcher takes, with the properties the rule promises for K, N ≤ 4096.
+TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
+  auto chosen = [](int64_t K, int64_t N, int64_t M) {
+    cuda::GemmArgs a;
+    a.w.K = K;
+    a.w.N = N;
+    a.M = M;
+    return cuda::choose_stream_config(a, 132);
+  };
+  struct Expected {
+    int64_t K, N;
+    int runs, cluster, blocks_per_sm;
+  };
+  for (const Expected& e : {Expected{2048, 2048, 1, 2, 1}, Expected{4096, 4096, 1, 2, 1},
+                            Expected{1024, 4096, 1, 1, 1}, Expected{4096, 1024, 1, 4, 1},
+                            Expected{4096, 14336, 4, 4, 2}, Expected{14336, 4096, 4, 8, 2}})
+    for (int64_t M : {1, 4, 16}) {
+      if (M <= 8 && e.K * e.N > 4096 * 4096) continue;  // decode on the large layers: below
+      const cuda::StreamConfig c = chosen(e.K, e.N, M);
+      EXPECT_EQ(c.runs_per_block, e.runs) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
+    }
+  // Decode (up to 8 rows) on the large layers: two runs per block, 1.4-1.75 blocks per SM.
+  for (const Expected& e : {Expected{4096, 14336, 2, 2, 2}, Expected{14336, 4096, 2, 6, 2}})
+    for (int64_t M : {1, 4, 8}) {
+      const cuda::StreamConfig c = chosen(e.K, e.N, M);
+      EXPECT_EQ(c.runs_per_block, e.runs) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
+    }
+  // MoE work items of 16 rows: four adjacent runs per block and the smallest cluster that leaves
+  // a warp at most 64 slabs (8 warps, 2 per run).
+  auto chosen_items = [](int64_t K, int64_t N, int64_t items) {
+    cuda::GemmArgs a;
+    a.w.K = K;
+    a.w.N = N;
+    a.M = items;
+    a.items = reinterpret_cast<const int4*>(&a);  // not read: the count is on the device
+    a.max_items = items;
+    return cuda::choose_stream_config(a, 132);
+  };
+  for (int64_t items : {2, 8, 100}) {
+    EXPECT_EQ(chosen_items(14336, 4096, items).runs_per_block, 4);
+    EXPECT_EQ(chosen_items(14336, 4096, items).cluster, 8);  // 896 slabs: 56 per warp
+    EXPECT_EQ(chosen_items(4096, 28672, items).cluster, 2);  // 256 slabs: 64 per warp
+  }
+  EXPECT_EQ(chosen_items(14336, 4096, 2).tile_rows, 16);  // items of up to 16 rows
+  // Decode items (8 rows, the weight as A) split like one tile of a layer with runs × items runs:
+  // Mixtral-like gate/up (448 runs, 2 items: 224 blocks) and down (64 runs: 256 blocks, both
+  // blocks of every SM, 56 slabs per warp).
+  auto decode_items = [](int64_t K, int64_t N, int64_t items) {
+    cuda::GemmArgs a;
+    a.w.K = K;
+    a.w.N = N;
+    a.items = reinterpret_cast<const int4*>(&a);
+    a.max_items = items;
+    a.item_rows = 8;
+    return cuda::choose_stream_config(a, 132);
+  };
+  for (const auto& [K, N, R, C] :
+       {std::array<int64_t, 4>{4096, 28672, 4, 1}, std::array<int64_t, 4>{14336, 4096, 4, 8}}) {
+    const cuda::StreamConfig c = decode_items(K, N, 2);
+    EXPECT_EQ(c.tile_rows, 8) << K << "x" << N;
+    EXPECT_EQ(c.runs_per_block, R) << K << "x" << N;
+    EXPECT_EQ(c.cluster, C) << K << "x" << N;
+  }
+  EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the fallback
+  // M = 4 down projection (up to 9 items, more than one wave): four runs per block over a
+  // cluster of 8, 56 slabs per warp.
+  EXPECT_EQ(decode_items(14336, 4096, 9).runs_per_block, 4);
+  EXPECT_EQ(decode_items(14336, 4096, 9).cluster, 8);
+  // Experts of two runs (N = 128) and many items: no block takes more runs than there are.
+  EXPECT_LE(decode_items(2048, 128, 63).runs_per_block, 2);
+  // Every MoE item split is one the launcher takes.
+  for (int64_t K : {16, 128, 768, 2048, 4096, 7168, 14336})
+    for (int64_t N : {64, 128, 192, 1536, 4096, 28672})
+      for (int32_t rows : {8, 16})
+        for (int64_t n_items : {1, 2, 9, 100}) {
+          cuda::GemmArgs a;
+          a.w.K = K;
+          a.w.N = N;
+          a.items = reinterpret_cast<const int4*>(&a);
+          a.max_items = n_items;
+          a.item_rows = rows;
+          const cuda::StreamConfig c = cuda::choose_stream_config(a, 132);
+          const std::string at = std::to_string(K) + "x" + std::to_string(N) + " items " +
+                                 std::to_string(n_items) + " of " + std::to_string(rows);
+          EXPECT_TRUE(c.runs_per_block == 1 || c.runs_per_block == 2 || c.runs_per_block == 4)
+              << at;
+          EXPECT_LE(c.runs_per_block, std::max<int64_t>(1, N / 64)) << at;
+          EXPECT_TRUE(c.cluster >= 1 && c.cluster <= 8) << at << ": cluster " << c.cluster;
+          EXPECT_EQ(c.tile_rows, rows) << at;
+        }
+  for (int64_t K : {16, 128, 512, 1024, 2048, 4096, 4112, 8192, 14336})
+    for (int64_t N : {64, 128, 1024, 4096, 4160, 14336})
+      for (int64_t M : {1, 4, 16, 17, 300}) {
+        const cuda::StreamConfig c = chosen(K, N, M);
+        const std::string at =
+            std::to_string(K) + "x" + std::to_string(N) + " M" + std::to_string(M);
+        EXPECT_TRUE(c.runs_per_block == 1 || c.runs_per_block == 2 || c.runs_per_block == 4 ||
+                    c.runs_per_block == 8)
+            << at;
+        EXPECT_TRUE(c.cluster >= 1 && c.cluster <= 8 && c.cluster != 5 && c.cluster != 7)
+            << at << ": cluster " << c.cluster;
+        EXPECT_TRUE(c.blocks_per_sm == 1 || c.blocks_per_sm == 2) << at;
+        EXPECT_EQ(c.tile_rows, M <= 8 ? 8 : 16) << at;  // the weight as A up to 8 rows
+        if (M <= 16 && K <= 4096 && N <= 4096) {
+          const int64_t runs = N / 64, slabs = K / 16;
+          EXPECT_EQ(c.runs_per_block, 1) << at;
+          EXPECT_LE(runs * c.cluster, 132) << at << ": more blocks than SMs";
+          if (c.cluster > 1) {
+            EXPECT_GE(slabs / (8 * c.cluster), 8) << at << ": warps too short";
+          }
+        }
+      }
+}
+
+// The large-M plan (host code, no GPU needed): where it starts, one share up to 256 MiB of
+// dequantized weight, equal shares of whole runs within it beyond, shares forced by the caller
+// rounded up to a run.
+TEST(CudaDequantGemm, PlanKeepsTheScratchWithinItsCap) {
+  cuda::GemmArgs a;
+  a.M = 1024;
+  for (const auto& [K, N] : std::vector<std::pair<int64_t, int64_t>>{
+           {4096, 14336},
+           {14336, 4096},
+           {8192, 28672},
+           {28672, 8192},
+           {16384, 53248},
+           {128, 64},
+           {12288, 21824}}) {  // two shares of 10944 would pass the cap; three fit
+    a.w.K = K;
+    a.w.N = N;
+    const cuda::DequantGemmPlan p = cuda::plan_dequant_gemm(a);
+    const std::string at = std::to_string(K) + "x" + std::to_string(N);
+    EXPECT_EQ(p.chunk_cols % 64, 0) << at;
+    EXPECT_GT(p.chunk_cols, 0) << at;
+    EXPECT_LE(p.weight_bytes, size_t(256) << 20) << at;
+    EXPECT_GE(p.weight_bytes, size_t(2 * K * p.chunk_cols)) << at;
+    EXPECT_EQ(p.sum_bytes, 0u) << at << ": no bias, no fp32 sums";
+    if (2 * K * N <= (int64_t(256) << 20)) {
+      EXPECT_EQ(p.chunk_cols, N) << at;
+    }
+    const int64_t shares = (N + p.chunk_cols - 1) / p.chunk_cols;
+    const int64_t last = N - (shares - 1) * p.chunk_cols;
+    EXPECT_GT(last + 64 * shares, p.chunk_cols) << at << ": the last share much smaller";
+  }
+  // Where the path starts: 49 rows from 4096 × 4096 up, 65 below.
+  EXPECT_EQ(cuda::dequant_gemm_rows(4096, 4096), 49);
+  EXPECT_EQ(cuda::dequant_gemm_rows(14336, 4096), 49);
+  EXPECT_EQ(cuda::dequant_gemm_rows(2048, 2048), 65);
+  a.w.K = 512;
+  a.w.N = 640;
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 100).chunk_cols, 128);
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 5000).chunk_cols, 640);
+  float bias = 0;
+  a.bias = &bias;
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 128).sum_bytes, size_t(1024 * 128 * 4));
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 128).sum_rows, 1024);
+  EXPECT_EQ(cuda::plan_dequant_gemm(a, 128, 100).sum_bytes, size_t(100 * 128 * 4));
+  // With a bias, the fp32 sums of a long prefill stay within the cap too, in blocks of rows.
+  a.M = 32768;
+  a.w.K = 4096;
+  a.w.N = 14336;
+  const cuda::DequantGemmPlan p = cuda::plan_dequant_gemm(a);
+  EXPECT_LE(p.sum_bytes, size_t(256) << 20);
+  EXPECT_EQ(p.sum_bytes, size_t(p.sum_rows) * size_t(p.chunk_cols) * 4);
+  EXPECT_GE(p.sum_rows, 4096) << "blocks of rows as large as the cap allows";
+  EXPECT_LT(p.sum_rows, a.M);
+}
+
+// A 4096 × 14336 4-bit g128 layer's arguments with bf16 activations (no device memory: what the
+// host-side rules read).
+cuda::GemmArgs large_layer() {
+  alignas(16) static const uint16_t x[8] = {};
+  cuda::GemmArgs a;
+  a.w.K = 4096;
+  a.w.N = 14336;
+  a.w.bits = 4;
+  a.w.group_slabs = 8;
+  a.x = x;
+  a.ldx = 4096;
+  return a;
+}
+
+// What the warpgroup-MMA kernel takes (a host check: no GPU needed): act-order, groups of 32,
+// 8-bit weights, K not a multiple of 64, f32 activations, unaligned rows and MoE items go
+// elsewhere.
+TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
+  cuda::GemmArgs a = large_layer();
+  a.M = 1024;
+  EXPECT_TRUE(cuda::wgmma_takes(a));
+  auto refused = [&](const char* why, auto change) {
+    cuda::GemmArgs b = a;
+    change(b);
+    EXPECT_FALSE(cuda::wgmma_takes(b)) << why;
+    EXPECT_EQ(cuda::launch_marlin_wgmma(b, {}, nullptr), cudaErrorInvalidValue) << why;
+  };
+  refused("groups of 32", [](cuda::GemmArgs& b) { b.w.group_slabs = 2; });
+  refused("act-order", [](cuda::GemmArgs& b) {
+    b.w.group_slabs = 0;
+    b.w.columns = static_cast<const int32_t*>(b.x);
+  });
+  refused("8-bit", [](cuda::GemmArgs& b) { b.w.bits = 8; });
+  refused("K % 64", [](cuda::GemmArgs& b) { b.w.K = 4096 + 16; });
+  refused("f32 activations", [](cuda::GemmArgs& b) { b.x_dtype = cuda::DType::f32; });
+  refused("y of another dtype", [](cuda::GemmArgs& b) { b.y_dtype = cuda::DType::f16; });
+  refused("row stride", [](cuda::GemmArgs& b) { b.ldx = 4100; });
+  refused("a row stride past 2^22", [](cuda::GemmArgs& b) { b.ldx = (int64_t(1) << 22) + 8; });
+  refused("unaligned x", [](cuda::GemmArgs& b) { b.x = static_cast<const uint16_t*>(b.x) + 1; });
+  refused("MoE items", [](cuda::GemmArgs& b) { b.items = static_cast<const int4*>(b.x); });
+  refused("the swiglu epilogue", [](cuda::GemmArgs& b) { b.epilogue = cuda::Epilogue::swiglu; });
+  EXPECT_EQ(cuda::launch_marlin_wgmma(a, cuda::WgmmaConfig{5, false}, nullptr),
+            cudaErrorInvalidValue)
+      << "a cluster of 5";
+  EXPECT_EQ(cuda::launch_marlin_wgmma(a, cuda::WgmmaConfig{1, false, 256}, nullptr),
+            cudaErrorInvalidValue)
+      << "256 rows with one fragment set";
+  EXPECT_EQ(cuda::launch_marlin_wgmma(a, cuda::WgmmaConfig{1, true, 192}, nullptr),
+            cudaErrorInvalidValue)
+      << "192 rows";
+  // The configuration on an H200-like fit (clusters of 4 fit 30 times at once, not 32): the
+  // largest split whose blocks all fit, two fragment sets, never below 4 stages a rank; 256-row
+  // blocks above 128 rows; one set and two blocks per SM only when even unsplit 128-row tiles
+  // outnumber the SMs.
+  cuda::WgmmaFit fit;
+  const int fits[5] = {0, 132, 66, 44, 30};
+  std::copy(fits, fits + 5, fit.clusters);
+  auto expect = [&](int64_t N, int64_t M, int rows, bool paired, int cluster, const char* why) {
+    cuda::GemmArgs b = a;
+    b.w.N = N;
+    b.M = M;
+    const cuda::WgmmaConfig c = cuda::choose_wgmma_config(b, fit);
+    EXPECT_EQ(c.rows, rows) << why;
+    EXPECT_EQ(c.paired, paired) << why;
+    EXPECT_EQ(c.cluster, cluster) << why;
+  };
+  expect(14336, 1024, 256, true, 1, "448 tiles of 256 rows");
+  expect(14336, 256, 256, true, 1, "112 tiles of 256 rows (224 of 128)");
+  expect(14336, 200, 256, true, 1, "a partial 256-row tile");
+  expect(14336, 128, 128, true, 1, "112 tiles");
+  expect(32768, 128, 128, false, 1, "256 tiles of 128 rows");
+  expect(8192, 64, 128, true, 2, "64 tiles");
+  expect(4096, 64, 128, true, 3, "32 tiles: 32 clusters of 4 do not fit");
+  expect(4096, 256, 128, true, 2, "64 tiles of 128 rows: split in two, they fit");
+  expect(4096, 512, 256, true, 2, "128 tiles of 128 rows: 64 of 256");
+  expect(2048, 64, 128, true, 4, "16 tiles");
+  a.w.K = 512;
+  expect(2048, 64, 128, true, 2, "8 stages");
+}
+
+// Which large-M kernel linear_marlin runs (a host check): from the dequantizing GEMM's row
+// threshold, the warpgroup-MMA kernel up to 512 rows where the device has it and the kernel
+// takes the weight, dequantize-then-cuBLAS otherwise; f16 activations on neither when the
+// dequantized weight leaves f16's range.
+TEST(CudaMarlinDispatch, LargeMKernelByRowsDeviceAndWeight) {
+  cuda::GemmArgs a = large_layer();
+  using cuda::LargeM;
+  auto at = [&](int64_t M, bool wgmma = true, bool f16_fits = true) {
+    cuda::GemmArgs b = a;
+    b.M = M;
+    return cuda::choose_large_m(b, wgmma, f16_fits);
+  };
+  EXPECT_EQ(at(48), LargeM::none);
+  EXPECT_EQ(at(49), LargeM::wgmma);
+  EXPECT_EQ(at(512), LargeM::wgmma);
+  EXPECT_EQ(at(513), LargeM::dequant_gemm);
+  EXPECT_EQ(at(100, false), LargeM::dequant_gemm) << "no warpgroup MMA on the device";
+  a.x_dtype = a.y_dtype = cuda::DType::f16;
+  EXPECT_EQ(at(100), LargeM::wgmma);
+  EXPECT_EQ(at(100, true, false), LargeM::none) << "dequantized weights past f16's range";
+  a.x_dtype = a.y_dtype = cuda::DType::bf16;
+  a.w.bits = 8;
+  EXPECT_EQ(at(100), LargeM::dequant_gemm) << "8-bit";
+  a.w.bits = 4;
+  a.w.K = a.w.N = 2048;
+  a.ldx = 2048;
+  EXPECT_EQ(at(64), LargeM::none) << "a small layer keeps the small-M kernel to 64 rows";
+  EXPECT_EQ(at(65), LargeM::wgmma);
+}
+
+}  // namespace
+}  // namespace nibble::test
