@@ -80,7 +80,7 @@ class MarlinLinearPrepared : public sdk::Prepared {
     a.bias = bias_.as<const float>();
     a.M = f.M;
     const cudaStream_t stream = static_cast<cudaStream_t>(e.stream);
-    const LargeM large = choose_large_m(a, wgmma_, fits_f16_);
+    const LargeM large = choose_large_m(a, wgmma_ ? &wgmma_fit_ : nullptr, fits_f16_);
     if (large == LargeM::wgmma) {
       check(launch_marlin_wgmma(a, choose_wgmma_config(a, wgmma_fit_), stream),
             std::string(desc().name) + ": linear_marlin warpgroup-MMA launch");

@@ -272,20 +272,38 @@ TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
 
 // Which large-M kernel linear_marlin runs (a host check): from the dequantizing GEMM's row
 // threshold, the warpgroup-MMA kernel up to 512 rows where the device has it and the kernel
-// takes the weight, dequantize-then-cuBLAS otherwise; f16 activations on neither when the
-// dequantized weight leaves f16's range.
+// takes the weight, and up to 1024 where K is at least 4096 and its 256-row blocks fit the device
+// at once (132 of them on an H200), dequantize-then-cuBLAS otherwise; f16 activations on neither
+// when the dequantized weight leaves f16's range.
 TEST(CudaMarlinDispatch, LargeMKernelByRowsDeviceAndWeight) {
   cuda::GemmArgs a = large_layer();
   using cuda::LargeM;
+  cuda::WgmmaFit h200;
+  h200.clusters[1] = 132;
   auto at = [&](int64_t M, bool wgmma = true, bool f16_fits = true) {
     cuda::GemmArgs b = a;
     b.M = M;
-    return cuda::choose_large_m(b, wgmma, f16_fits);
+    return cuda::choose_large_m(b, wgmma ? &h200 : nullptr, f16_fits);
   };
   EXPECT_EQ(at(48), LargeM::none);
   EXPECT_EQ(at(49), LargeM::wgmma);
   EXPECT_EQ(at(512), LargeM::wgmma);
+  ASSERT_GT((a.w.N + 127) / 128 * 3, 132) << "a layer too wide for one wave above 512 rows";
   EXPECT_EQ(at(513), LargeM::dequant_gemm);
+  {
+    // 4096×4096: 32 columns of blocks, so four rows of 256-row blocks (1024 rows) are one wave.
+    const cuda::GemmArgs wide = a;
+    a.w.N = 4096;
+    EXPECT_EQ(at(1024), LargeM::wgmma);
+    EXPECT_EQ(at(1025), LargeM::dequant_gemm) << "past 1024 rows";
+    EXPECT_EQ(at(1024, false), LargeM::dequant_gemm);
+    a.w.N = 8192;
+    EXPECT_EQ(at(1024), LargeM::dequant_gemm) << "256 blocks for 132 places";
+    a.w.N = 2048;
+    a.w.K = a.ldx = 2048;
+    EXPECT_EQ(at(1024), LargeM::dequant_gemm) << "one wave, but K too short";
+    a = wide;
+  }
   EXPECT_EQ(at(100, false), LargeM::dequant_gemm) << "no warpgroup MMA on the device";
   a.x_dtype = a.y_dtype = cuda::DType::f16;
   EXPECT_EQ(at(100), LargeM::wgmma);

@@ -21,14 +21,21 @@ constexpr int64_t kMostSumBytes = int64_t(256) << 20;
 
 int64_t dequant_gemm_rows(int64_t K, int64_t N) { return K * N >= (int64_t(1) << 24) ? 49 : 65; }
 
-// Up to this many rows the warpgroup-MMA kernel (H200, six shapes: it ties or wins at 512 rows
-// and loses at 1024; docs/cuda.md, "Large M on the warpgroup MMA").
-constexpr int64_t kWgmmaMostRows = 512;
+// The warpgroup-MMA kernel's rows: all up to kWgmmaMostRows (H200, six shapes: it ties or wins
+// at 512), and up to kWgmmaOneWaveRows where its 256-row blocks all fit at once and K is long
+// enough (kWgmmaOneWaveK) to amortize a block's start and finish. At 1024 rows on the H200 it won
+// on 4096×4096 (59.5 against 63.3 µs), 14336×4096 (192.9 against 223.6) and 8192×2048 (62.1
+// against 64.2), each one wave; lost on 2048×2048 (one wave but 32 stages: 23.2 against 22.1) and
+// on 4096×14336 (3.4 waves: 234.6 against 230.9); at 2048 rows it lost on every shape
+// (docs/cuda.md, "Large M on the warpgroup MMA").
+constexpr int64_t kWgmmaMostRows = 512, kWgmmaOneWaveRows = 1024, kWgmmaOneWaveK = 4096;
 
-LargeM choose_large_m(const GemmArgs& a, bool wgmma, bool f16_fits) {
+LargeM choose_large_m(const GemmArgs& a, const WgmmaFit* wgmma, bool f16_fits) {
   if (a.M < dequant_gemm_rows(a.w.K, a.w.N) || (a.x_dtype == DType::f16 && !f16_fits))
     return LargeM::none;
-  if (wgmma && a.M <= kWgmmaMostRows && wgmma_takes(a)) return LargeM::wgmma;
+  const bool one_wave = wgmma && a.M <= kWgmmaOneWaveRows && a.w.K >= kWgmmaOneWaveK &&
+                        (a.w.N + 127) / 128 * ((a.M + 255) / 256) <= wgmma->clusters[1];
+  if (wgmma && (a.M <= kWgmmaMostRows || one_wave) && wgmma_takes(a)) return LargeM::wgmma;
   return dequant_gemm_takes(a) ? LargeM::dequant_gemm : LargeM::none;
 }
 

@@ -27,11 +27,13 @@ int64_t dequant_gemm_rows(int64_t K, int64_t N);
 bool dequant_gemm_takes(const GemmArgs& a);
 
 /// Which kernel linear_marlin runs at large M: none (launch_marlin's streaming or tiled kernel),
-/// the warpgroup-MMA kernel (where the device runs it, `wgmma`, and takes `a`, up to 512 rows),
+/// the warpgroup-MMA kernel (where the device runs it, `wgmma` being its fit, else null, and it
+/// takes `a`: up to 512 rows, and up to 1024 where K ≥ 4096 and its 256-row blocks all fit on the
+/// device at once),
 /// or dequantize-then-cuBLAS. Both large-M paths round the dequantized weight to x's dtype, so f16
 /// activations take them only where every dequantized weight is finite in f16 (`f16_fits`).
 enum class LargeM { none, wgmma, dequant_gemm };
-LargeM choose_large_m(const GemmArgs& a, bool wgmma, bool f16_fits);
+LargeM choose_large_m(const GemmArgs& a, const WgmmaFit* wgmma, bool f16_fits);
 
 /// How one call is cut: outputs in shares of `chunk_cols` columns (a multiple of 64), each
 /// dequantized into `weight_bytes` of scratch; with a bias, each share's rows in blocks of
