@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -400,6 +402,57 @@ TEST(CudaMarlinWgmma, RowsDtypesGroupingsAndTails) {
         run_wgmma({spec(128, 128, 4, 64, false, false, bf16, 86), 77, f16}, config);
         run_wgmma({spec(1024, 256, 4, 128, false, false, bf16, 87), 600, f16}, config);
       }
+}
+
+// Every weight the warpgroup-MMA kernel multiplies is (q − z)·s rounded once to x's dtype (with an
+// fp32 scale, the product rounded to fp32 first): with one-hot activation rows (row m is input m)
+// each output is one weight times 1, exact in the fp32 sums, so y holds the weights bit for bit
+// (zeros of either sign compare equal). Every scale dtype, with and without zero points, three
+// groupings, both block heights.
+TEST(CudaMarlinWgmma, DequantizesEveryWeightRoundedOnce) {
+  NIBBLE_REQUIRE_GPU();
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "the device is not compute capability 9.0";
+  const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
+  constexpr int64_t K = 256, N = 192;  // three 64-wide runs: a block's second run is empty
+  uint32_t seed = 90;
+  for (DLDataType act : {bf16, f16})
+    for (DLDataType scales : {f16, bf16, f32})
+      for (bool sym : {true, false})
+        for (int gs : {64, 128, -1})
+          for (const cuda::WgmmaConfig config :
+               {cuda::WgmmaConfig{}, cuda::WgmmaConfig{2, true, 256}}) {
+            const LinearCase c{spec(K, N, 4, gs, sym, false, scales, seed += 2), K, act};
+            const CanonicalWeight w = random_weight(c.spec);
+            const cuda::MarlinStack stack(
+                0, 1, cuda::pack_marlin(sdk::QuantWeight(w.view(), "w"), false, "w"));
+            std::vector<uint16_t> x(size_t(K * K), 0);
+            const uint16_t one = act.code == kDLBfloat ? 0x3F80 : 0x3C00;
+            for (int64_t m = 0; m < K; ++m) x[size_t(m * K + m)] = one;
+            std::vector<uint8_t> y_host(size_t(K * N) * 2);
+            poison(y_host, act);
+            DeviceArray dx(x), dy(y_host);
+            cuda_ok(cuda::launch_marlin_wgmma(marlin_args(c, stack, dx.get(), dy.get(), nullptr),
+                                              config, nullptr),
+                    "launch_marlin_wgmma");
+            const std::vector<uint8_t> y = dy.download();
+            int64_t wrong = 0;
+            char first[96] = "";
+            for (int64_t m = 0; m < K; ++m)
+              for (int64_t n = 0; n < N; ++n) {
+                const float v = float(w.dequant(n, m));
+                const uint16_t want =
+                    act.code == kDLBfloat ? sdk::f32_to_bf16(v) : sdk::f32_to_f16(v);
+                uint16_t got = 0;
+                std::memcpy(&got, y.data() + size_t(m * N + n) * 2, 2);
+                const bool zeros = ((want | got) & 0x7FFF) == 0;
+                if (got != want && !zeros && wrong++ == 0)
+                  std::snprintf(first, sizeof first,
+                                "input %lld output %lld: got 0x%04x, want 0x%04x",
+                                static_cast<long long>(m), static_cast<long long>(n), got, want);
+              }
+            EXPECT_EQ(wrong, 0) << c.label() << " rows " << config.rows << " C" << config.cluster
+                                << ": first " << first;
+          }
 }
 
 TEST(CudaGeneral, AnyGroupingZeroAndWidth) {
