@@ -29,9 +29,9 @@ bool dequant_gemm_takes(const GemmArgs& a);
 /// Which kernel linear_marlin runs at large M: none (launch_marlin's streaming or tiled kernel),
 /// the warpgroup-MMA kernel (where the device runs it, `wgmma` being its fit, else null, and it
 /// takes `a`: up to 512 rows, and up to 1024 where K ≥ 4096 and its 256-row blocks all fit on the
-/// device at once),
-/// or dequantize-then-cuBLAS. Both large-M paths round the dequantized weight to x's dtype, so f16
-/// activations take them only where every dequantized weight is finite in f16 (`f16_fits`).
+/// device at once), or dequantize-then-cuBLAS. Both large-M paths round the dequantized weight to
+/// x's dtype, so f16 activations take them only where every dequantized weight is finite in f16
+/// (`f16_fits`).
 enum class LargeM { none, wgmma, dequant_gemm };
 LargeM choose_large_m(const GemmArgs& a, const WgmmaFit* wgmma, bool f16_fits);
 
