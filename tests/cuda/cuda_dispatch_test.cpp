@@ -242,8 +242,8 @@ TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
       << "192 rows";
   // The configuration on an H200-like fit (clusters of 4 fit 30 times at once, not 32): the
   // largest split whose blocks all fit, two fragment sets, never below 4 stages a rank; 256-row
-  // blocks above 128 rows; one set and two blocks per SM only when even unsplit 128-row tiles
-  // outnumber the SMs.
+  // blocks above 128 rows where they are estimated faster (long K) or alone fit; one set and two
+  // blocks per SM only when even unsplit 128-row tiles outnumber the SMs.
   cuda::WgmmaFit fit;
   const int fits[5] = {0, 132, 66, 44, 30};
   std::copy(fits, fits + 5, fit.clusters);
@@ -266,6 +266,9 @@ TEST(CudaMarlinWgmma, TakesOnlyWhatItsLoopHandles) {
   expect(4096, 256, 128, true, 2, "64 tiles of 128 rows: split in two, they fit");
   expect(4096, 512, 256, true, 2, "128 tiles of 128 rows: 64 of 256");
   expect(2048, 64, 128, true, 4, "16 tiles");
+  a.w.K = 14336;
+  expect(4096, 256, 256, true, 3, "long K: 75 stages a rank of 256 rows beat 112 of 128");
+  expect(4096, 64, 128, true, 3, "64 rows: 128-row blocks only");
   a.w.K = 512;
   expect(2048, 64, 128, true, 2, "8 stages");
 }

@@ -131,11 +131,11 @@ struct WgmmaFit {
 /// The current device's WgmmaFit, queried once per device.
 WgmmaFit wgmma_fit();
 
-/// The configuration a cluster of 0 stands for: 256 rows per block above 128 rows where the
-/// 128-row tiles outnumber the clusters of two that fit; the largest cluster (up to 4, at least
-/// four stages per rank) whose blocks all fit at once, two fragment sets; where even unsplit
-/// tiles outnumber the SMs, one fragment set and two blocks per SM (128 rows) or still two sets
-/// (256 rows).
+/// The configuration a cluster of 0 stands for: for each block height (128 rows, and 256 above
+/// 128 rows) the largest cluster (up to 4, at least four stages per rank) whose blocks all fit at
+/// once, two fragment sets, and of the two heights the one with the smaller estimated time (256
+/// rows win on long K); where neither fits one wave, unsplit: 256 rows (two sets) above 128 rows,
+/// else 128 rows with one fragment set and two blocks per SM.
 WgmmaConfig choose_wgmma_config(const GemmArgs& a, const WgmmaFit& fit);
 
 /// Queue y = x·Wᵀ (+ bias) with the large-M kernel on Hopper's warpgroup MMA: the weight

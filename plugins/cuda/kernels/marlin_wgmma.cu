@@ -423,23 +423,51 @@ WgmmaFit wgmma_fit() {
   return it->second;
 }
 
-WgmmaConfig choose_wgmma_config(const GemmArgs& a, const WgmmaFit& fit) {
-  // Measured on the H200 over six shapes at 64-512 rows (docs/cuda.md, "Large M on the warpgroup
-  // MMA"): 256-row blocks win once the 128-row tiles are too many to split K over two blocks in
-  // one wave; with every block resident at once the two-set scheme wins, and a larger split wins
-  // until its clusters no longer all fit (128 blocks in clusters of 4 ran as two waves there).
-  WgmmaConfig c;
-  const int64_t col_tiles = (a.w.N + 127) / 128;
-  c.rows = a.M > 128 && col_tiles * ((a.M + 127) / 128) > fit.clusters[2] ? 256 : 128;
-  const int64_t tiles = col_tiles * ((a.M + c.rows - 1) / c.rows);
-  const int64_t stages = a.w.K / kStageK;
-  c.paired = true;
+namespace {
+
+// The largest split of K (up to kMaxCluster, at least 4 stages a rank) whose clusters of `tiles`
+// blocks all fit at once, or 0 where even unsplit they do not.
+int fitting_split(int64_t tiles, int64_t stages, const WgmmaFit& fit) {
   for (int split = kMaxCluster; split >= 1; --split)
-    if ((split == 1 || stages / split >= 4) && tiles <= fit.clusters[split]) {
-      c.cluster = split;
-      return c;
-    }
+    if ((split == 1 || stages / split >= 4) && tiles <= fit.clusters[split]) return split;
+  return 0;
+}
+
+// Estimated µs of one wave of blocks `rows` high with `split` ranks: a rank's stages at a stage's
+// time plus a block's start and finish (least-squares lines through the H200 sweeps of both
+// heights, 15 to 224 stages a rank: 128 rows 0.62 µs a stage + 8.7, 256 rows 0.81 + 12.1). Only
+// the comparison of the two heights uses it.
+double wave_estimate(int rows, int64_t stages, int split) {
+  const double per_rank = double((stages + split - 1) / split);
+  return rows == 256 ? 0.81 * per_rank + 12.1 : 0.62 * per_rank + 8.7;
+}
+
+}  // namespace
+
+WgmmaConfig choose_wgmma_config(const GemmArgs& a, const WgmmaFit& fit) {
+  // Measured on the H200 over six shapes at 64-1024 rows (docs/cuda.md, "Large M on the warpgroup
+  // MMA"): with every block resident at once the two-set scheme wins, and a larger split wins
+  // until its clusters no longer all fit (128 blocks in clusters of 4 ran as two waves there).
+  // Where both block heights fit one wave, the one with the smaller estimate: 256-row blocks do
+  // twice the MMA work per dequantized weight but cost more to start and finish, so they win on
+  // long K (14336×4096 at 256 rows: 72.4 against 78.3 µs) and lose on short K (4096×4096: 30.6
+  // against 27.6).
+  WgmmaConfig c;
+  const int64_t col_tiles = (a.w.N + 127) / 128, stages = a.w.K / kStageK;
+  c.paired = true;
+  double best = 0;
+  for (int rows : {128, 256}) {
+    if (rows == 256 && a.M <= 128) continue;
+    const int split = fitting_split(col_tiles * ((a.M + rows - 1) / rows), stages, fit);
+    if (split == 0) continue;
+    const double t = wave_estimate(rows, stages, split);
+    if (c.cluster == 0 || t < best) c.rows = rows, c.cluster = split, best = t;
+  }
+  if (c.cluster > 0) return c;
+  // Not even one wave: unsplit, 256-row blocks above 128 rows (two sets: one block per SM), else
+  // 128-row blocks with one set, two blocks per SM.
   c.cluster = 1;
+  c.rows = a.M > 128 ? 256 : 128;
   c.paired = c.rows == 256;
   return c;
 }
