@@ -19,7 +19,9 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace nibble::cpu_amx {
@@ -94,19 +96,28 @@ class WorkerPool {
 
 /// Per-thread queues of item indices for one call: owner p holds [count·p/owners,
 /// count·(p+1)/owners); take(p) hands out the next of p's items, or −1 when p has none left.
+/// Up to kInline owners live in the object itself (on the caller's stack, only the owners' cache
+/// lines touched), so a forward on up to 256 threads allocates nothing; more owners take the heap.
 class ItemQueues {
  public:
   ItemQueues(int owners, int64_t count) : owners_(owners) {
-    if (owners > kInline) heap_.reset(new Queue[size_t(owners)]);
-    Queue* q = queues();
+    if (owners > kInline) {
+      heap_.reset(new Queue[size_t(owners)]);
+      queues_ = heap_.get();
+    } else {
+      for (int p = 0; p < owners; ++p) new (inline_ + size_t(p) * sizeof(Queue)) Queue;
+      queues_ = std::launder(reinterpret_cast<Queue*>(inline_));
+    }
     for (int p = 0; p < owners; ++p) {
-      q[p].next.store(count * p / owners, std::memory_order_relaxed);
-      q[p].end = count * (p + 1) / owners;
+      queues_[p].next.store(count * p / owners, std::memory_order_relaxed);
+      queues_[p].end = count * (p + 1) / owners;
     }
   }
+  ItemQueues(const ItemQueues&) = delete;
+  ItemQueues& operator=(const ItemQueues&) = delete;
   int owners() const { return owners_; }
   int64_t take(int owner) {
-    Queue& q = queues()[owner];
+    Queue& q = queues_[owner];
     if (q.next.load(std::memory_order_relaxed) >= q.end) return -1;
     const int64_t i = q.next.fetch_add(1, std::memory_order_relaxed);
     return i < q.end ? i : -1;
@@ -125,11 +136,13 @@ class ItemQueues {
     std::atomic<int64_t> next{0};
     int64_t end = 0;
   };
-  static constexpr int kInline = 32;
-  Queue* queues() { return heap_ ? heap_.get() : inline_; }
+  static_assert(std::is_trivially_destructible_v<Queue>, "inline queues are never destroyed");
+  static constexpr int kInline = 256;
   int owners_;
-  Queue inline_[kInline];
+  Queue* queues_;
   std::unique_ptr<Queue[]> heap_;
+  // Raw storage: constructing all kInline queues would write 16 KiB per call.
+  alignas(64) unsigned char inline_[kInline * sizeof(Queue)];
 };
 
 template <class Fn>

@@ -1,46 +1,12 @@
 // A warm cpu_amx MoE forward allocates nothing: its plan (routing, offsets, tasks, pieces) and its
 // per-thread blocks are kept from call to call, so once every thread has taken part in a call of
-// that size no call allocates. This binary replaces the global operator new to count allocations
-// on every thread, the plugin's and its workers' included.
+// that size no call allocates. Allocations are counted on every thread, the plugin's and its
+// workers' included (counting_new.hpp).
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
+#include "counting_new.hpp"
 #include "cpu_amx_test_util.hpp"
 #include "kernel_runs.hpp"
-
-namespace {
-
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocations{0};
-
-void* counted(std::size_t size, std::size_t alignment) {
-  if (g_counting.load(std::memory_order_relaxed))
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-  size = size ? size : 1;
-  void* p = alignment > alignof(std::max_align_t)
-                ? std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment)
-                : std::malloc(size);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-
-}  // namespace
-
-void* operator new(std::size_t size) { return counted(size, 0); }
-void* operator new[](std::size_t size) { return counted(size, 0); }
-void* operator new(std::size_t size, std::align_val_t a) { return counted(size, size_t(a)); }
-void* operator new[](std::size_t size, std::align_val_t a) { return counted(size, size_t(a)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace nibble::test {
 namespace {
@@ -113,12 +79,11 @@ class MoeCall {
   }
 
   long allocations() {
-    g_allocations = 0;
-    g_counting = true;
+    start_counting_allocations();
     const nibble_status s = k_->forward(k_, layer_.get(), &args_, &exec_, err_.get());
-    g_counting = false;
+    const long n = stop_counting_allocations();
     EXPECT_EQ(s, NIBBLE_OK) << err_.text();
-    return g_allocations.load();
+    return n;
   }
 
  private:
