@@ -196,8 +196,9 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
       };
       // The large-M path as the plugin runs it, with scratch for its largest plan.
       a.w = view(0);
-      const WgmmaFit fit = wgmma_available() ? wgmma_fit() : WgmmaFit{};
-      const LargeM large = choose_large_m(a, wgmma_available() ? &fit : nullptr, true);
+      const bool has_wgmma = wgmma_available();
+      const WgmmaFit fit = has_wgmma ? wgmma_fit() : WgmmaFit{};
+      const LargeM large = choose_large_m(a, has_wgmma ? &fit : nullptr, true);
       const bool dequant = large == LargeM::dequant_gemm;
       size_t scratch_bytes = plan_dequant_gemm(a).scratch_bytes();
       for (int64_t c : {int64_t(64), int64_t(N)})

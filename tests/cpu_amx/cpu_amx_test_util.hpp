@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <tuple>
@@ -123,6 +124,19 @@ inline LinearResult run_linear(const PreparedLayer& layer, const Activations& x,
     }
   }
   return r;
+}
+
+/// An exec of `threads` over a workspace of `bytes` that the caller made: `storage` is sized to
+/// hold it 64-byte aligned (a call through the C ABI with nothing of the harness inside it).
+inline nibble_exec caller_exec(std::vector<uint8_t>& storage, size_t bytes, int threads) {
+  storage.resize(bytes + 64);
+  const auto at = reinterpret_cast<uintptr_t>(storage.data());
+  nibble_exec e{};
+  e.struct_size = sizeof e;
+  e.workspace = reinterpret_cast<void*>((at + 63) & ~uintptr_t(63));
+  e.workspace_size = bytes;
+  e.num_threads = threads;
+  return e;
 }
 
 /// The layer descriptor of `w` for the given numeric mode.

@@ -29,15 +29,10 @@ class LinearCall {
     yt_ = std::make_unique<Tensor2D>(M, w.N, sdk::dtype_bf16());
     size_t bytes = 0;
     EXPECT_EQ(k->workspace_bytes(k, p_, M, &bytes, err.get()), NIBBLE_OK) << err.text();
-    workspace_.resize(bytes + 64);
+    exec_ = caller_exec(workspace_, bytes, threads);
     args_.struct_size = sizeof args_;
     args_.x = &xt_->t;
     args_.y = &yt_->t;
-    const auto at = reinterpret_cast<uintptr_t>(workspace_.data());
-    exec_.struct_size = sizeof exec_;
-    exec_.workspace = reinterpret_cast<void*>((at + 63) & ~uintptr_t(63));
-    exec_.workspace_size = bytes;
-    exec_.num_threads = threads;
   }
   ~LinearCall() {
     if (p_) k_->release(k_, p_);

@@ -65,17 +65,12 @@ class MoeCall {
     ErrorBuffer err;
     size_t bytes = 0;
     EXPECT_EQ(k->workspace_bytes(k, layer.get(), M, &bytes, err.get()), NIBBLE_OK) << err.text();
-    workspace_.resize(bytes + 64);
+    exec_ = caller_exec(workspace_, bytes, threads_);
     args_.struct_size = sizeof args_;
     args_.x = &xt_->t;
     args_.y = &yt_->t;
     args_.topk_ids = &ids_->t;
     args_.topk_weights = &weights_->t;
-    const auto at = reinterpret_cast<uintptr_t>(workspace_.data());
-    exec_.struct_size = sizeof exec_;
-    exec_.workspace = reinterpret_cast<void*>((at + 63) & ~uintptr_t(63));
-    exec_.workspace_size = bytes;
-    exec_.num_threads = threads_;
   }
 
   long allocations() {
