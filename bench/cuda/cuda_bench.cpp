@@ -35,8 +35,9 @@ struct Options {
   double peak_tbs = 4.8;
   bool sweep = false, moe = true, linear = true;
   MoeBenchShape moe_shape;
-  int tile_rows = 0;    // the small-M kernel's rows per tile (8 or 16); 0: its own choice
-  bool overlap = true;  // the small-M kernel may start while the previous call finishes
+  int tile_rows = 0;     // the small-M kernel's rows per tile (8 or 16); 0: its own choice
+  bool overlap = true;   // the small-M kernel may start while the previous call finishes
+  int weight_ring = -1;  // the small-M kernel's weight ring (0 registers, 2-6 batches); -1: its own
   std::string json, plugin = std::string(NIBBLE_PLUGIN_BUILD_DIR) + "/libnibble_cuda.so";
 };
 
@@ -78,7 +79,12 @@ Options parse(int argc, char** argv) {
         throw std::runtime_error("--tile-rows takes 8 or 16, not " + std::to_string(o.tile_rows));
     } else if (a == "--no-overlap")
       o.overlap = false;
-    else if (a == "--moe-shape") {
+    else if (a == "--weight-ring") {
+      o.weight_ring = int(std::stoi(value()));
+      if (o.weight_ring < 0 || o.weight_ring == 1 || o.weight_ring > kStreamMaxRing)
+        throw std::runtime_error("--weight-ring takes 0 or 2-" + std::to_string(kStreamMaxRing) +
+                                 ", not " + std::to_string(o.weight_ring));
+    } else if (a == "--moe-shape") {
       const std::vector<int64_t> v = int_list(value());
       if (v.size() != 4 || v[0] < 1 || v[0] > 4096 || v[1] < 1 || v[1] > v[0] || v[2] < 1 ||
           v[3] < 1)
@@ -107,6 +113,7 @@ Options parse(int argc, char** argv) {
       throw std::runtime_error(
           "unknown option " + a +
           " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 --no-overlap "
+          "--weight-ring 0|2-6 "
           "--no-moe --moe-only --moe-shape E,TOPK,K,I --peak-tbs T --plugin PATH)");
     }
   }
@@ -215,10 +222,12 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
           dequant_gemm(i, plan_dequant_gemm(a));
         } else if (large == LargeM::wgmma) {
           check_cuda(launch_marlin_wgmma(a, WgmmaConfig{}, dev.stream), "launch_marlin_wgmma");
-        } else if ((o.tile_rows != 0 || !o.overlap) && !(M > 64 && tiled_takes(a))) {
+        } else if ((o.tile_rows != 0 || !o.overlap || o.weight_ring >= 0) &&
+                   !(M > 64 && tiled_takes(a))) {
           StreamConfig c = choose_stream_config(a, dev.sms);
           if (o.tile_rows != 0) c.tile_rows = o.tile_rows;
           c.overlap_previous = o.overlap;
+          c.weight_ring = o.weight_ring;
           check_cuda(launch_marlin_stream(a, c, dev.stream), "launch_marlin_stream");
         } else {
           check_cuda(launch_marlin(a, dev.sms, dev.stream), "launch_marlin");
@@ -255,6 +264,8 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
       if (o.sweep) {
         // Both kernels and their splits, so the dispatch rule can be read off one run.
         auto stream_us = [&](StreamConfig c) {
+          // A split the launcher refuses (a ring too deep for the staged rows) is not timed.
+          if (launch_marlin_stream(a, c, dev.stream) != cudaSuccess) return -1.0;
           return time_calls(o.iters, dev.stream,
                             [&](int i) {
                               a.w = view(i % copies);
@@ -277,15 +288,33 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
         if (M <= 256) {
           const std::vector<int> Rs = M <= 16 ? std::vector<int>{1, 2, 4} : std::vector<int>{1};
           const std::vector<int> Ts = M <= 16 ? std::vector<int>{8, 16} : std::vector<int>{16};
-          for (int T : Ts)
-            for (int B : {2, 1})
-              for (int R : Rs)
-                for (int C : {1, 2, 3, 4, 6, 8}) {
-                  const double t = stream_us({R, C, B, T});
-                  sweep.push_back(
-                      {{"kernel", "stream"}, {"T", T}, {"B", B}, {"R", R}, {"C", C}, {"us", t}});
-                  std::printf(" T%dB%dR%dC%d %.1f", T, B, R, C, t);
-                }
+          for (int W : {0, 2, 3, 4, 6})
+            for (int T : Ts)
+              for (int B : {2, 1})
+                for (int R : Rs)
+                  for (int C : {1, 2, 3, 4, 6, 8}) {
+                    StreamConfig c{R, C, B, T};
+                    c.weight_ring = W;
+                    const double t = stream_us(c);
+                    if (t < 0) continue;
+                    sweep.push_back({{"kernel", "stream"},
+                                     {"T", T},
+                                     {"B", B},
+                                     {"R", R},
+                                     {"C", C},
+                                     {"W", W},
+                                     {"us", t}});
+                    std::printf(" T%dB%dR%dC%dW%d %.1f", T, B, R, C, W, t);
+                  }
+          // The launcher's own split with every ring depth.
+          for (int W : {0, 2, 3, 4, 5, 6}) {
+            StreamConfig c = choose_stream_config(a, dev.sms);
+            c.weight_ring = W;
+            const double t = stream_us(c);
+            if (t < 0) continue;
+            sweep.push_back({{"kernel", "stream"}, {"chosen", true}, {"W", W}, {"us", t}});
+            std::printf(" chosenW%d %.2f", W, t);
+          }
         }
         if (M >= 16 && dequant_gemm_takes(a)) {
           // The dequantizing GEMM in shares of N / 1, 2, 4, 8 columns and at its own plan.
@@ -363,7 +392,8 @@ int main(int argc, char** argv) {
                           {"l2_bytes", dev.l2_bytes}, {"nominal_peak_tbs", o.peak_tbs},
                           {"copy_tbs", dev.copy_tbs}, {"iters", o.iters}};
     // What the small-M kernel was told, so that an A/B run's files say which arm they are.
-    out["tile_rows"] = o.tile_rows;  // 0: the kernel's own choice
+    out["tile_rows"] = o.tile_rows;      // 0: the kernel's own choice
+    out["weight_ring"] = o.weight_ring;  // -1: the kernel's own choice
     out["overlap_previous"] = o.overlap;
     out["plugin"] = o.plugin;
     std::printf("%s, %d SMs, L2 %.0f MB; device-to-device copy %.2f TB/s (nominal peak %.1f)\n",

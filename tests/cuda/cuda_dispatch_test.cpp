@@ -31,24 +31,59 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     int64_t K, N;
     int runs, cluster, blocks_per_sm;
   };
-  for (const Expected& e : {Expected{2048, 2048, 1, 2, 1}, Expected{4096, 4096, 1, 2, 1},
-                            Expected{1024, 4096, 1, 1, 1}, Expected{4096, 1024, 1, 4, 1},
-                            Expected{4096, 14336, 4, 4, 2}, Expected{14336, 4096, 4, 8, 2}})
+  for (const Expected& e :
+       {Expected{2048, 2048, 1, 2, 1}, Expected{4096, 4096, 1, 2, 1}, Expected{1024, 4096, 1, 1, 1},
+        Expected{4096, 1024, 1, 4, 1}, Expected{4096, 14336, 4, 4, 2}})
     for (int64_t M : {1, 4, 16}) {
       if (M <= 8 && e.K * e.N > 4096 * 4096) continue;  // decode on the large layers: below
+      if (M > 8 && e.N <= 4096 * 2 && e.K >= 2048 && e.N >= 2048) continue;  // two tiles: below
       const cuda::StreamConfig c = chosen(e.K, e.N, M);
       EXPECT_EQ(c.runs_per_block, e.runs) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
     }
-  // Decode (up to 8 rows) on the large layers: two runs per block, 1.4-1.75 blocks per SM.
-  for (const Expected& e : {Expected{4096, 14336, 2, 2, 2}, Expected{14336, 4096, 2, 6, 2}})
+  // Decode (up to 8 rows) on the large layers: one run per block (two where the runs exceed two
+  // blocks per SM), clusters of at most two, one wave at one or two blocks per SM.
+  for (const Expected& e : {Expected{4096, 14336, 1, 1, 2}, Expected{14336, 4096, 1, 2, 1},
+                            Expected{8192, 8192, 1, 2, 2}, Expected{28672, 8192, 1, 2, 2},
+                            Expected{8192, 28672, 2, 1, 2}, Expected{11008, 4096, 1, 2, 1}})
     for (int64_t M : {1, 4, 8}) {
       const cuda::StreamConfig c = chosen(e.K, e.N, M);
       EXPECT_EQ(c.runs_per_block, e.runs) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.tile_rows, 8) << e.K << "x" << e.N << " M" << M;
     }
+  // 9-16 rows on layers of at most one run per SM: two tiles of 8, clusters of two, the fewest
+  // runs per block within two blocks per SM.
+  for (const Expected& e : {Expected{2048, 2048, 1, 2, 1}, Expected{4096, 4096, 1, 2, 2},
+                            Expected{14336, 4096, 1, 2, 2}, Expected{8192, 8192, 2, 2, 2},
+                            Expected{28672, 8192, 2, 2, 2}})
+    for (int64_t M : {9, 12, 16}) {
+      const cuda::StreamConfig c = chosen(e.K, e.N, M);
+      EXPECT_EQ(c.tile_rows, 8) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.runs_per_block, e.runs) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
+    }
+  EXPECT_EQ(chosen(4096, 14336, 16).tile_rows, 16);  // 224 runs: the 16-row tile
+  EXPECT_EQ(chosen(4096, 1024, 16).tile_rows, 16);   // 16 runs: too few blocks
+  // The weight ring: two batches for decode tiles whose warps stream at least 16 slabs, at one
+  // block per SM for every M, at two only for one row; none for 16-row tiles.
+  auto ring = [&](int64_t K, int64_t N, int64_t M) {
+    cuda::GemmArgs a;
+    a.w.K = K;
+    a.w.N = N;
+    a.M = M;
+    return cuda::choose_weight_ring(a, chosen(K, N, M));
+  };
+  for (int64_t M : {1, 4, 8}) {
+    EXPECT_EQ(ring(14336, 4096, M), 2) << M;  // one block per SM
+    EXPECT_EQ(ring(4096, 4096, M), 2) << M;   // 16 slabs per warp
+    EXPECT_EQ(ring(2048, 2048, M), 0) << M;   // 8 slabs per warp
+    EXPECT_EQ(ring(4096, 14336, M), M == 1 ? 2 : 0) << M;
+  }
+  EXPECT_EQ(ring(14336, 4096, 16), 0);
   // MoE work items of 16 rows: four adjacent runs per block and the smallest cluster that leaves
   // a warp at most 64 slabs (8 warps, 2 per run).
   auto chosen_items = [](int64_t K, int64_t N, int64_t items) {
@@ -84,6 +119,13 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     EXPECT_EQ(c.tile_rows, 8) << K << "x" << N;
     EXPECT_EQ(c.runs_per_block, R) << K << "x" << N;
     EXPECT_EQ(c.cluster, C) << K << "x" << N;
+    cuda::GemmArgs a;
+    a.w.K = K;
+    a.w.N = N;
+    a.items = reinterpret_cast<const int4*>(&a);
+    a.max_items = 2;
+    a.item_rows = 8;
+    EXPECT_EQ(cuda::choose_weight_ring(a, c), 0) << K << "x" << N;  // MoE items: registers
   }
   EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the fallback
   // M = 4 down projection (up to 9 items, more than one wave): four runs per block over a
@@ -124,7 +166,12 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
         EXPECT_TRUE(c.cluster >= 1 && c.cluster <= 8 && c.cluster != 5 && c.cluster != 7)
             << at << ": cluster " << c.cluster;
         EXPECT_TRUE(c.blocks_per_sm == 1 || c.blocks_per_sm == 2) << at;
-        EXPECT_EQ(c.tile_rows, M <= 8 ? 8 : 16) << at;  // the weight as A up to 8 rows
+        // The weight as A up to 8 rows, and for 9-16 rows in two tiles on layers of at most one
+        // run per SM; 16 rows as A otherwise.
+        if (M <= 8 || M > 16)
+          EXPECT_EQ(c.tile_rows, M <= 8 ? 8 : 16) << at;
+        else
+          EXPECT_EQ(c.tile_rows, N / 64 > 132 || c.tile_rows == 16 ? 16 : 8) << at;
         if (M <= 16 && K <= 4096 && N <= 4096) {
           const int64_t runs = N / 64, slabs = K / 16;
           EXPECT_EQ(c.runs_per_block, 1) << at;

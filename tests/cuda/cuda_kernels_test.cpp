@@ -30,7 +30,8 @@ struct LinearCase {
            (spec.v1_zero16 ? " zero16" : "") + " scales " + sdk::dtype_name(spec.scales_dtype) +
            " x " + sdk::dtype_name(act) + " M" + std::to_string(M) + " R" +
            std::to_string(config.runs_per_block) + " C" + std::to_string(config.cluster) + " B" +
-           std::to_string(config.blocks_per_sm) + " T" + std::to_string(config.tile_rows);
+           std::to_string(config.blocks_per_sm) + " T" + std::to_string(config.tile_rows) + " W" +
+           std::to_string(config.weight_ring);
   }
 };
 
@@ -270,16 +271,54 @@ TEST(CudaMarlinStream, AChainedLayerReadsItsInputAfterThePreviousKernel) {
 
 TEST(CudaMarlinStream, WindowsOfK) {
   NIBBLE_REQUIRE_GPU();
-  // One block per strip: K is staged in several windows of shared memory.
+  // One block per strip: K is staged in several windows of shared memory (a window holds 143
+  // slabs of 16 rows or of 8 f32 rows as two planes, 287 of 8 16-bit rows).
   run_marlin(
       {spec(4096, 256, 4, 128, true, false, sdk::dtype_f16(), 31), 16, sdk::dtype_bf16(), {1, 1}});
   run_marlin(
       {spec(4096, 128, 4, 128, false, false, sdk::dtype_f16(), 32), 3, sdk::dtype_f32(), {1, 1}});
-  run_marlin({spec(4096, 256, 4, 64, false, false, sdk::dtype_bf16(), 34),
+  run_marlin({spec(8192, 256, 4, 64, false, false, sdk::dtype_bf16(), 34),
               6,
               sdk::dtype_bf16(),
               {1, 1, 2, 8}});
   run_marlin({spec(4096, 4096, 4, 128, true, false, sdk::dtype_f16(), 33), 16, sdk::dtype_bf16()});
+}
+
+TEST(CudaMarlinStream, WeightRing) {
+  NIBBLE_REQUIRE_GPU();
+  // Weight batches through a ring in shared memory, every depth, both register budgets and both
+  // tiles; deep rings leave room for few staged input channels, so K takes several windows.
+  const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
+  for (int W : {2, 3, 4, 6})
+    for (int B : {2, 1}) {
+      if (W == 6 && B == 2) continue;  // more than two blocks' share of an SM
+      auto config = [&](int R, int C, int T) {
+        cuda::StreamConfig c{R, C, B, T};
+        c.weight_ring = W;
+        return c;
+      };
+      for (int64_t M : {1, 3, 8})
+        run_marlin({spec(4096, 256, 4, 128, true, false, f16, 61), M, bf16, config(2, 1, 8)});
+      run_marlin({spec(8192, 128, 4, 64, false, false, bf16, 62), 8, bf16, config(1, 3, 8)});
+      run_marlin({spec(1024, 128, 8, 128, true, true, f16, 63), 5, f32, config(2, 2, 8)});
+      run_marlin({spec(2048, 192, 4, -1, false, false, f32, 64), 2, f16, config(1, 4, 8)});
+      run_marlin({spec(2048, 256, 4, 128, true, false, f16, 65), 16, bf16, config(4, 2, 16)});
+      run_marlin({spec(1024, 128, 8, 32, true, true, bf16, 66), 12, f32, config(1, 1, 16)});
+    }
+  // A ring too deep for its staged rows is refused, not launched.
+  const QuantSpec s = spec(1024, 128, 4, 128, true, false, sdk::dtype_f16(), 67);
+  const CanonicalWeight w = random_weight(s);
+  const nibble_canonical_weight cw = w.view();
+  const cuda::MarlinStack stack(0, 1, cuda::pack_marlin(sdk::QuantWeight(cw, "w"), false, "w"));
+  cuda::GemmArgs a;
+  a.w = stack.view();
+  a.M = 1;
+  a.x_dtype = a.y_dtype = cuda::DType::bf16;
+  cuda::StreamConfig deep{1, 1, 2, 8};
+  deep.weight_ring = 6;
+  EXPECT_EQ(cuda::launch_marlin_stream(a, deep, nullptr), cudaErrorInvalidValue);
+  deep.weight_ring = 1;
+  EXPECT_EQ(cuda::launch_marlin_stream(a, deep, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(CudaMarlinTiled, RowsDtypesGroupingsAndSplits) {

@@ -67,7 +67,7 @@ struct GemmArgs {
 
 /// The small-M kernel's shape: warps per block, rows per tile with the rows as the MMA's A
 /// operand (8 with the weight as A), and the largest cluster of blocks splitting K.
-constexpr int kStreamWarps = 8, kStreamRows = 16, kStreamMaxCluster = 8;
+constexpr int kStreamWarps = 8, kStreamRows = 16, kStreamMaxCluster = 8, kStreamMaxRing = 6;
 
 /// How the small-M kernel splits the work: 64-column runs per block and blocks per cluster
 /// along K (1..8); 0 picks from the shape and the device.
@@ -82,11 +82,17 @@ struct StreamConfig {
   /// on the stream finishes, loads its first weights, then waits for it before it reads the
   /// activations (or the MoE items) and before it writes anything.
   bool overlap_previous = true;
+  /// Batches of weight words each warp keeps in flight through a ring in shared memory (2-6,
+  /// filled with cp.async), 0 for two buffers in registers; -1 picks.
+  int weight_ring = -1;
 };
 
 /// The configuration launch_marlin_stream uses for `a` when given zeros, on a device of
 /// `sm_count` multiprocessors.
 StreamConfig choose_stream_config(const GemmArgs& a, int sm_count);
+
+/// The weight ring launch_marlin_stream uses for `a` split as `config` when asked to pick.
+int choose_weight_ring(const GemmArgs& a, const StreamConfig& config);
 
 /// Queue the small-M Marlin kernel (rows in tiles of 8 or 16, tensor cores, split K reduced across
 /// a thread-block cluster). Activations f16, bf16 or f32 (split into two bf16 terms).

@@ -41,6 +41,11 @@ constexpr int kMaxCluster = kStreamMaxCluster;
 // Shared memory for the staged activations of one window of K (two blocks fit on one SM).
 constexpr int kSmemBudget = 72 * 1024;
 constexpr int kSumBytes = kWarps * kRows * 72 * int(sizeof(float));
+// With a ring of weight batches: all of a block's shared memory, at one or two blocks to an SM
+// (228 KiB on sm_90, 1 KiB of it reserved per block).
+constexpr int kRingBlockSmem[2] = {220 * 1024, 112 * 1024};
+// One batch of a warp's weight words: 4 slabs of 4-bit or 2 of 8-bit, 16 bytes per lane each.
+constexpr int kRingBatchBytes = 4 * 16 * 32;
 
 template <class A>
 using MmaType = std::conditional_t<std::is_same_v<A, float>, __nv_bfloat16, A>;
@@ -59,7 +64,8 @@ __device__ __forceinline__ int sum_index(int warp, int row, int col) {
 
 template <class A, int BITS, int kMinBlocks, bool kWeightsA>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    marlin_stream_kernel(const GemmArgs a, int runs_per_block, int cluster, int window_slabs) {
+    marlin_stream_kernel(const GemmArgs a, int runs_per_block, int cluster, int window_slabs,
+                         int staged_rows, int ring_batches) {
   using T = MmaType<A>;
   constexpr int P = kPlanes<A>;
   constexpr int kTile = kWeightsA ? 8 : kRows;  // rows per tile
@@ -99,6 +105,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int32_t* columns = w.columns ? w.columns + expert * w.expert_columns : nullptr;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane % 4;
+  // The staged row whose address this lane gives ldmatrix.
+  const int x_row = std::min(kWeightsA ? lane % 8 : lane % 16, staged_rows - 1);
   const int R = runs_per_block, KP = kWarps / runs_per_block;
   const int run = warp % R, kp = warp / R;
   const int64_t n_run = (int64_t(strip) * R + run) * 64;
@@ -107,10 +115,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   int block_begin, block_end;
   split32(int(w.K / 16), cluster, rank, block_begin, block_end);
 
-  // Shared memory: the warps' fp32 sums, then the staged activations of one window of K.
+  // Shared memory: the warps' fp32 sums, the staged activations of one window of K (the first
+  // `staged_rows` rows of a tile: tile rows past them read the last staged one, whose products
+  // land in outputs that are never stored), then each warp's ring of weight batches.
   float* sums = reinterpret_cast<float*>(smem);
   const int64_t ld_smem = int64_t(window_slabs) * 16 + 8;
   T* sa = reinterpret_cast<T*>(sums + kWarps * kRows * kSumLd);
+  const int64_t plane = int64_t(staged_rows) * ld_smem;
+  constexpr int kRingWords = kBatch * kWordsPerLane * 32;  // uint4 of one batch of a warp
+  static_assert(kRingWords * 16 == kRingBatchBytes, "ring batch size");
+  uint4* const ring = reinterpret_cast<uint4*>(sa + P * plane) +
+                      int64_t(threadIdx.x / 32) * ring_batches * kRingWords + threadIdx.x % 32;
   if constexpr (!kWeightsA) {  // weights as A: each warp stores its sums once, at the end
     float4* mine = reinterpret_cast<float4*>(sums + warp * kRows * kSumLd);
     for (int i = lane; i < kRows * kSumLd / 4; i += 32) mine[i] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -154,12 +169,35 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     split32(we - ws, KP, kp, s0, s1);
     s0 += ws, s1 += ws;
   };
-  // The weight does not depend on earlier kernels: the first batch is on its way before this
-  // kernel waits for the previous one and stages its activations.
+  // With a ring (ring_batches > 0) the words go to shared memory with cp.async instead, batch i
+  // of the warp's slabs into slot i % ring_batches, ring_batches - 1 batches ahead of the one
+  // computed: more bytes in flight than two register buffers hold, in no registers. Each lane
+  // reads back only what it copied itself, so no barrier is needed between the lanes.
+  auto fetch_ring = [&](int slot, int first, int end) {
+    uint4* dst = ring + slot * kRingWords;
+    const uint4* q = q_lane + int64_t(first) * slab_stride;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (first + u < end)
+#pragma unroll
+        for (int v = 0; v < kWordsPerLane; ++v)
+          device::cp_async16(dst + (u * kWordsPerLane + v) * 32, q + u * slab_stride + v);
+    device::cp_async_commit();  // also when empty: the groups count batches
+  };
+  auto ring_prologue = [&](int s0, int s1) {
+    for (int i = 0; i + 1 < ring_batches; ++i) fetch_ring(i, s0 + i * kBatch, s1);
+  };
+  // The weight does not depend on earlier kernels: the first batches are on their way before
+  // this kernel waits for the previous one and stages its activations.
   {
     int s0, s1;
     warp_slabs(block_begin, s0, s1);
-    if (run_valid && s0 < s1) fetch(buf0, s0, s1);
+    if (run_valid && s0 < s1) {
+      if (ring_batches > 0)
+        ring_prologue(s0, s1);
+      else
+        fetch(buf0, s0, s1);
+    }
   }
   if (!a.items) device::wait_for_previous_kernel();
 
@@ -187,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           if constexpr (P == 2) {
             const __nv_bfloat16 hi = __float2bfloat16_rn(v);
             sa[r * ld_smem + c] = hi;
-            sa[kRows * ld_smem + r * ld_smem + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+            sa[plane + r * ld_smem + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
           } else {
             sa[r * ld_smem + c] = T(v);
           }
@@ -280,8 +318,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         uint32_t xb[P][2];
 #pragma unroll
         for (int p = 0; p < P; ++p)
-          device::ldmatrix_x2(
-              xb[p], sa + p * kRows * ld_smem + (lane % 8) * ld_smem + kk + ((lane / 8) % 2) * 8);
+          device::ldmatrix_x2(xb[p], sa + p * plane + x_row * ld_smem + kk + ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           uint32_t b0[2], b1[2];  // n8 tiles 2j and 2j + 1 as B fragments
@@ -304,8 +341,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         uint32_t af[P][4];
 #pragma unroll
         for (int p = 0; p < P; ++p)
-          device::ldmatrix_x4(
-              af[p], sa + p * kRows * ld_smem + (lane % 16) * ld_smem + kk + (lane / 16) * 8);
+          device::ldmatrix_x4(af[p], sa + p * plane + x_row * ld_smem + kk + (lane / 16) * 8);
         if constexpr (BITS == 4) {
           const uint32_t words[4] = {words_u[0].x, words_u[0].y, words_u[0].z, words_u[0].w};
 #pragma unroll
@@ -360,13 +396,32 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     };
 
-    if (ws != block_begin) fetch(buf0, s0, s1);  // the first window's is already in flight
-    for (int sb = s0; sb < s1; sb += 2 * kBatch) {
-      if (sb + kBatch < s1) fetch(buf1, sb + kBatch, s1);  // in flight while buf0 computes
-      run_batch(buf0, sb);
-      if (sb + kBatch >= s1) break;
-      if (sb + 2 * kBatch < s1) fetch(buf0, sb + 2 * kBatch, s1);  // in flight while buf1 computes
-      run_batch(buf1, sb + kBatch);
+    if (ring_batches > 0) {
+      if (ws != block_begin) ring_prologue(s0, s1);  // the first window's is already in flight
+      int slot = 0;
+      for (int sb = s0; sb < s1; sb += kBatch) {
+        device::cp_async_wait_upto(ring_batches - 2);  // batch `slot` has landed
+        uint4 cur[kBatch][kWordsPerLane];
+        const uint4* src = ring + slot * kRingWords;
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+          for (int v = 0; v < kWordsPerLane; ++v) cur[u][v] = src[(u * kWordsPerLane + v) * 32];
+        // The slot computed last is free: its words were consumed by that batch's MMAs.
+        fetch_ring(slot == 0 ? ring_batches - 1 : slot - 1, sb + (ring_batches - 1) * kBatch, s1);
+        run_batch(cur, sb);
+        slot = slot + 1 == ring_batches ? 0 : slot + 1;
+      }
+    } else {
+      if (ws != block_begin) fetch(buf0, s0, s1);  // the first window's is already in flight
+      for (int sb = s0; sb < s1; sb += 2 * kBatch) {
+        if (sb + kBatch < s1) fetch(buf1, sb + kBatch, s1);  // in flight while buf0 computes
+        run_batch(buf0, sb);
+        if (sb + kBatch >= s1) break;
+        if (sb + 2 * kBatch < s1)
+          fetch(buf0, sb + 2 * kBatch, s1);  // in flight while buf1 computes
+        run_batch(buf1, sb + kBatch);
+      }
     }
     flush();
   }
@@ -466,19 +521,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 template <class A, int BITS, int kMinBlocks, bool kWeightsA>
 cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
   constexpr int P = kPlanes<A>;
+  constexpr int kTile = kWeightsA ? 8 : kRows;
   const int64_t slabs = a.w.K / 16;
   const int64_t block_slabs = (slabs + c.cluster - 1) / c.cluster;
-  const int64_t fit = (kSmemBudget / (P * kRows * 2) - 8) / 16;
-  const int window = int(std::max<int64_t>(1, std::min(block_slabs, fit)));
-  const size_t smem = size_t(kSumBytes) + size_t(P) * kRows * (size_t(window) * 16 + 8) * 2;
+  // Only the rows a tile or item can hold are staged (one at M = 1), so a window holds more K.
+  const int staged = int(std::min<int64_t>(kTile, a.items ? a.item_rows : a.M));
+  const int64_t k_bytes = int64_t(P) * staged * 2;  // staged bytes per input channel
+  const int ring = c.weight_ring;
+  const int64_t ring_bytes = int64_t(ring) * kWarps * kRingBatchBytes;
+  const int64_t act_budget =
+      ring > 0 ? kRingBlockSmem[kMinBlocks - 1] - kSumBytes - ring_bytes : kSmemBudget;
+  const int64_t fit = (act_budget / k_bytes - 8) / 16;
+  if (fit < 1) return cudaErrorInvalidValue;  // a ring too deep for the staged rows
+  const int window = int(std::min(block_slabs, fit));
+  const size_t smem = size_t(kSumBytes) + size_t(k_bytes * (int64_t(window) * 16 + 8) + ring_bytes);
   auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA>;
   cudaError_t e =
       device::allow_shared_memory<marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA>>(smem);
   if (e != cudaSuccess) return e;
   const int64_t runs = a.w.N / 64;
   const int64_t strips = (runs + c.runs_per_block - 1) / c.runs_per_block;
-  const int64_t tile = kWeightsA ? 8 : kRows;
-  const int64_t items = a.items ? a.max_items : (a.M + tile - 1) / tile;
+  const int64_t items = a.items ? a.max_items : (a.M + kTile - 1) / kTile;
   if (items == 0) return cudaSuccess;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(strips * c.cluster), unsigned(items), 1);
@@ -499,7 +562,7 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, kernel, a, c.runs_per_block, c.cluster, window);
+  return cudaLaunchKernelEx(&cfg, kernel, a, c.runs_per_block, c.cluster, window, staged, ring);
 }
 
 // Two register budgets: 128 per thread (two blocks per SM, more loads in flight) or 255 (one
@@ -545,6 +608,8 @@ cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig c, cudaStream_t
       c.runs_per_block != 8)
     return cudaErrorInvalidValue;
   if (c.cluster < 1 || c.cluster > kMaxCluster) return cudaErrorInvalidValue;
+  if (c.weight_ring < 0) c.weight_ring = choose_weight_ring(a, c);
+  if (c.weight_ring == 1 || c.weight_ring > kStreamMaxRing) return cudaErrorInvalidValue;
   if (a.w.K % 16 != 0 || a.w.N % 64 != 0) return cudaErrorInvalidValue;
   if (a.w.K / 16 >= (int64_t(1) << 27)) return cudaErrorInvalidValue;  // 32-bit slab indices
   const bool four = a.w.bits == 4;

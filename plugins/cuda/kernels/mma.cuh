@@ -109,6 +109,19 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+/// cp_async_wait<n>() for an n known only at run time (0-4; more waits as for 4).
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  if (n <= 0)
+    cp_async_wait<0>();
+  else if (n == 1)
+    cp_async_wait<1>();
+  else if (n == 2)
+    cp_async_wait<2>();
+  else if (n == 3)
+    cp_async_wait<3>();
+  else
+    cp_async_wait<4>();
+}
 
 /// The 16-bit MMA element types and their dequantization constants.
 template <class T>

@@ -14,14 +14,15 @@ constexpr int kRows = kStreamRows;
 constexpr int kMaxCluster = kStreamMaxCluster;
 }  // namespace
 
-// The splits measured best on an H200 (docs/cuda.md, "Choosing the split"): one tile of rows
-// wants about one to two blocks per SM, each block over four adjacent runs (their words are
-// contiguous, which DRAM streams best) and K split over a power-of-two cluster (at decode, with
-// the weight as A, two runs per block over clusters of 1-8 ranks, 3 and 6 included), except where
-// K and N are at most 4096 (one run per block on the 255-register budget, below); several tiles
-// of rows share the weight through L2 and want one run per block and clusters of two. MoE items
-// are different experts: decode items take one wave of up to two blocks per SM where they fit,
-// other items four runs per block and at most 64 slabs per warp.
+// The splits measured best on an H200 (docs/cuda.md, "Choosing the split" and "A ring of weight
+// batches and the decode split"): decode and 9-16 rows on large layers want one wave of blocks
+// of one run each (more only where the runs exceed two blocks per SM), K split over clusters of
+// at most two, one block per SM where the blocks fit the SMs; layers with K and N up to 4096
+// one run per block on the 255-register budget (below); other single tiles of rows about one to
+// two blocks per SM, each over four adjacent runs (their words are contiguous, which DRAM streams
+// best); several tiles of rows share the weight through L2 and want one run per block and
+// clusters of two. MoE items are different experts: decode items take one wave of up to two
+// blocks per SM where they fit, other items four runs per block and at most 64 slabs per warp.
 StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   StreamConfig c;
   const int64_t runs = a.w.N / 64, slabs = a.w.K / 16;
@@ -71,6 +72,24 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
       c.cluster *= 2;
     return c;
   }
+  if (!a.items && a.M > 8 && a.M <= kRows && slabs >= 128 && runs <= sm_count &&
+      runs * 4 >= int64_t(sm_count) * 9 / 10) {
+    // 9-16 rows on a layer of at most one run per SM: two tiles of 8 rows with the weight as A,
+    // K split over clusters of two, the fewest runs per block that keep the blocks within two
+    // per SM, one block per SM where they fit. H200, M = 16, against 16-row tiles with the rows
+    // as A split as below (docs/cuda.md, "A ring of weight batches and the decode split"):
+    // 2048×2048 7.9 against 12.0 µs, 4096×4096 12.2 against 14.4, 8192×8192 30.3 against 40.8,
+    // 28672×8192 103 against 156. Wider layers keep the 16-row tile, which shares each weight
+    // word between all 16 rows (4096×14336 25.6 against 29.5 in two tiles, best splits of each).
+    c.tile_rows = 8;
+    const int64_t tiles = (a.M + 7) / 8;
+    int R = 1;
+    while (R < 8 && (runs + R - 1) / R * 2 * tiles > 2 * int64_t(sm_count)) R *= 2;
+    c.runs_per_block = R;
+    c.cluster = 2;
+    c.blocks_per_sm = (runs + R - 1) / R * 2 * tiles <= sm_count ? 1 : 2;
+    return c;
+  }
   if (items == 1 && slabs <= 256 && runs <= 64) {
     // K and N up to 4096: one run per block (all 8 warps on it, the 255-register budget) and
     // the largest cluster that leaves each warp at least 8 slabs and one block per SM. H200
@@ -85,28 +104,44 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
       c.cluster *= 2;
     return c;
   }
-  if (items == 1 && c.tile_rows == 8) {
-    // Decode on a large layer (the weight as A): two runs per block over the smallest cluster,
-    // 3 and 6 ranks included, that gives 1.4 to 1.75 blocks per SM. H200 sweeps at M = 1 and 4
-    // (docs/cuda.md, "Choosing the split"): 14336×4096 in clusters of 6 (192 blocks) 1.10× and
-    // 1.05× as fast as four runs over clusters of 8 (128 blocks, fewer than the SMs); 4096×14336
-    // in clusters of 2 1.00× and 1.03× four runs over 4. At M = 16 (rows as A) four runs stay
-    // within 3 % of the fastest split.
-    const int64_t low = int64_t(sm_count) * 7 / 5, high = int64_t(sm_count) * 7 / 4;
-    if (runs >= 2)
-      for (int C : {1, 2, 3, 4, 6, 8}) {
-        const int64_t blocks = (runs + 1) / 2 * C;
-        if (blocks >= low && blocks <= high && slabs * 2 >= int64_t(C) * kWarps * 2) {
-          c.runs_per_block = 2;
-          c.cluster = C;
-          return c;
-        }
-      }
+  if (items == 1 && c.tile_rows == 8 && runs * 2 >= int64_t(sm_count) * 9 / 10) {
+    // Decode on a large layer (the weight as A): one run per block (more only where the runs
+    // alone would take more than two blocks per SM), K split over a cluster of two where that
+    // still fits one wave, one block per SM on the 255-register budget where the blocks are at
+    // most the SMs, else two on the 128-register one. Clusters of three or more ranks were slower
+    // on every large layer swept, as were several runs per block where one run per block fills the
+    // wave. H200 sweep of every split, M = 1 (docs/cuda.md, "A ring of weight batches and the
+    // decode split"): 14336×4096 15.2 µs in clusters of two at one block per SM against 18.8 with
+    // two runs per block over clusters of 6; 8192×8192 15.5 against 20.5 and 28672×8192 41.7
+    // against 61.8 in clusters of two at two blocks per SM; 4096×14336 unclustered 14.2
+    // against 14.9.
+    int R = 1;
+    while (R < 8 && (runs + R - 1) / R > 2 * int64_t(sm_count)) R *= 2;
+    const int64_t strips = (runs + R - 1) / R;
+    const int C = strips * 2 <= 2 * int64_t(sm_count) && slabs >= 2 * 2 * kWarps ? 2 : 1;
+    c.runs_per_block = R;
+    c.cluster = C;
+    c.blocks_per_sm = strips * C <= sm_count ? 1 : 2;
+    return c;
   }
   if (items == 1 && one_wave(1, slabs)) return c;
   c.runs_per_block = 1;
   c.cluster = slabs >= 2 * 2 * kWarps ? 2 : 1;
   return c;
+}
+
+// Decode tiles of a layer (not MoE items, not timed with a ring) whose warps each stream at
+// least 16 slabs take a ring of two batches where that measured faster on the H200: always on
+// the 255-register budget (one block per SM: 14336×4096 M = 1 15.2 against 18.1 µs in registers,
+// 4096×4096 7.2 against 7.6), on the 128-register one only at M = 1 (28672×8192 41.7 against
+// 44.3, 4096×14336 14.2 against 14.5; at M = 4 and 8 it was 2-40 % slower). Deeper rings were
+// slower at every split swept (docs/cuda.md, "A ring of weight batches and the decode split").
+int choose_weight_ring(const GemmArgs& a, const StreamConfig& c) {
+  if (a.items || c.tile_rows != 8) return 0;
+  const int64_t block_slabs = (a.w.K / 16 + c.cluster - 1) / c.cluster;
+  const int64_t warp_slabs = block_slabs * c.runs_per_block / kWarps;
+  if (warp_slabs < 16) return 0;
+  return c.blocks_per_sm == 1 || a.M == 1 ? 2 : 0;
 }
 
 }  // namespace nibble::cuda
