@@ -525,7 +525,7 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
   const int64_t slabs = a.w.K / 16;
   const int64_t block_slabs = (slabs + c.cluster - 1) / c.cluster;
   // Only the rows a tile or item can hold are staged (one at M = 1), so a window holds more K.
-  const int staged = int(std::min<int64_t>(kTile, a.items ? a.item_rows : a.M));
+  const int staged = int(std::clamp<int64_t>(a.items ? a.item_rows : a.M, 1, kTile));
   const int64_t k_bytes = int64_t(P) * staged * 2;  // staged bytes per input channel
   const int ring = c.weight_ring;
   const int64_t ring_bytes = int64_t(ring) * kWarps * kRingBatchBytes;
