@@ -168,10 +168,12 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
         EXPECT_TRUE(c.blocks_per_sm == 1 || c.blocks_per_sm == 2) << at;
         // The weight as A up to 8 rows, and for 9-16 rows in two tiles on layers of at most one
         // run per SM; 16 rows as A otherwise.
-        if (M <= 8 || M > 16)
+        if (M <= 8 || M > 16) {
           EXPECT_EQ(c.tile_rows, M <= 8 ? 8 : 16) << at;
-        else
-          EXPECT_EQ(c.tile_rows, N / 64 > 132 || c.tile_rows == 16 ? 16 : 8) << at;
+        } else {
+          EXPECT_TRUE(c.tile_rows == 8 || c.tile_rows == 16) << at;
+          if (c.tile_rows == 8) EXPECT_LE(N / 64, 132) << at << ": 8-row tiles on a wide layer";
+        }
         if (M <= 16 && K <= 4096 && N <= 4096) {
           const int64_t runs = N / 64, slabs = K / 16;
           EXPECT_EQ(c.runs_per_block, 1) << at;

@@ -74,7 +74,8 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   }
   if (!a.items && a.M > 8 && a.M <= kRows && slabs >= 128 && runs <= sm_count &&
       runs * 4 >= int64_t(sm_count) * 9 / 10) {
-    // 9-16 rows on a layer of at most one run per SM: two tiles of 8 rows with the weight as A,
+    // 9-16 rows on a layer of at most one run per SM, and enough runs that two tiles over
+    // clusters of two give blocks for ~0.9 of the SMs: two tiles of 8 rows with the weight as A,
     // K split over clusters of two, the fewest runs per block that keep the blocks within two
     // per SM, one block per SM where they fit. H200, M = 16, against 16-row tiles with the rows
     // as A split as below (docs/cuda.md, "A ring of weight batches and the decode split"):
@@ -105,16 +106,16 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
     return c;
   }
   if (items == 1 && c.tile_rows == 8 && runs * 2 >= int64_t(sm_count) * 9 / 10) {
-    // Decode on a large layer (the weight as A): one run per block (more only where the runs
-    // alone would take more than two blocks per SM), K split over a cluster of two where that
-    // still fits one wave, one block per SM on the 255-register budget where the blocks are at
-    // most the SMs, else two on the 128-register one. Clusters of three or more ranks were slower
-    // on every large layer swept, as were several runs per block where one run per block fills the
-    // wave. H200 sweep of every split, M = 1 (docs/cuda.md, "A ring of weight batches and the
-    // decode split"): 14336×4096 15.2 µs in clusters of two at one block per SM against 18.8 with
-    // two runs per block over clusters of 6; 8192×8192 15.5 against 20.5 and 28672×8192 41.7
-    // against 61.8 in clusters of two at two blocks per SM; 4096×14336 unclustered 14.2
-    // against 14.9.
+    // Decode on a layer whose runs over clusters of two give blocks for ~0.9 of the SMs (the
+    // weight as A): one run per block (more only where the runs alone would take more than two
+    // blocks per SM), K split over a cluster of two where that still fits one wave, one block per
+    // SM on the 255-register budget where the blocks are at most the SMs, else two on the
+    // 128-register one. Clusters of three or more ranks were slower on every large layer swept, as
+    // were several runs per block where one run per block fills the wave. H200 sweep of every
+    // split, M = 1 (docs/cuda.md, "A ring of weight batches and the decode split"): 14336×4096 15.2
+    // µs in clusters of two at one block per SM against 18.8 with two runs per block over clusters
+    // of 6; 8192×8192 15.5 against 20.5 and 28672×8192 41.7 against 61.8 in clusters of two at two
+    // blocks per SM; 4096×14336 unclustered 14.2 against 14.9.
     int R = 1;
     while (R < 8 && (runs + R - 1) / R > 2 * int64_t(sm_count)) R *= 2;
     const int64_t strips = (runs + R - 1) / R;
