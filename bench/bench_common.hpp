@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -95,6 +96,32 @@ double seconds_per_call(int calls, F&& f, Finish&& finish) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
 }
 
+/// How long a timed sample and the limit probes first wait, idle: long enough for the workers
+/// of whatever ran just before (the variant timed before in the round, a limit probe) to stop
+/// spinning and park. cpu_amx's workers spin 100 µs after a call by default, oneDNN's are passive
+/// under the bench. Without it the variant timed second in a round shared the cores with the first
+/// one's spinning workers: the same build against itself at 16 threads read 1.09× slower on
+/// average when timed second, up to 1.25× on 2048×2048 (docs/performance.md, Method).
+inline constexpr std::chrono::microseconds kQuietGap{1000};
+
+/// One timed sample, in seconds per call: the quiet gap, then (for more than one call) one
+/// untimed call of f and `finish`, so the sample starts with its own workers awake as they are
+/// between a model's layers, then `calls` back-to-back calls of f and one `finish`, timed. A
+/// sample of one call (a lone call) also pays for waking workers that parked.
+template <class F, class Finish>
+double timed_sample(int calls, F&& f, Finish&& finish) {
+  std::this_thread::sleep_for(kQuietGap);
+  if (calls > 1) {
+    f();
+    finish();
+  }
+  return seconds_per_call(calls, f, finish);
+}
+template <class F>
+double timed_sample(int calls, F&& f) {
+  return timed_sample(calls, f, [] {});
+}
+
 /// n normal(0, 1) values rounded to bf16.
 inline std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -134,6 +161,7 @@ void interleaved_rounds(const Options& o, int threads, const BandwidthProbe& ban
   for (int r = 0; r < 200 && (r < o.rounds || elapsed() < o.min_seconds); ++r) {
     round();
     if (r % 2 == 0) {
+      std::this_thread::sleep_for(kQuietGap);  // the round's workers park before the probes run
       limits.bandwidth.push_back(bandwidth.sample());
       if (amx) {
         limits.peak.push_back(bf16 ? amx_bf16_peak(threads, 0.01) : amx_int8_peak(threads, 0.01));

@@ -196,16 +196,16 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         std::vector<double> tk, td, ratio, tr, ratio_ref;
         LimitSamples limits;
         interleaved_rounds(o, threads, *bandwidth, amx, mode, limits, [&] {
-          const double a = seconds_per_call(
+          const double a = timed_sample(
               o.burst, [&] { run_layer(ck++ % copies); }, wait);
           tk.push_back(a);
           if (dense) {
-            const double b = seconds_per_call(o.burst, run_dense, wait);
+            const double b = timed_sample(o.burst, run_dense, wait);
             td.push_back(b);
             ratio.push_back(b / a);
           }
           if (with_ref) {
-            const double c = seconds_per_call(o.burst, [&] {
+            const double c = timed_sample(o.burst, [&] {
               ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, threads,
                                                             ws_ref);
             });

@@ -263,13 +263,13 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
         std::vector<double> t_fused, t_loop, t_dense, r_loop, r_dense;
         LimitSamples limits;
         interleaved_rounds(o, threads, bandwidth, amx, mode, limits, [&] {
-          const double a = seconds_per_call(o.burst, call_fused);
-          const double b = seconds_per_call(o.burst, call_loop);
+          const double a = timed_sample(o.burst, call_fused);
+          const double b = timed_sample(o.burst, call_loop);
           t_fused.push_back(a);
           t_loop.push_back(b);
           r_loop.push_back(b / a);
           if (o.onednn) {
-            const double d = seconds_per_call(o.burst, call_dense);
+            const double d = timed_sample(o.burst, call_dense);
             t_dense.push_back(d);
             r_dense.push_back(d / a);
           }
