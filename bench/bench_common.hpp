@@ -78,16 +78,9 @@ double seconds_of(F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Seconds per call of `calls` back-to-back calls of f.
-template <class F>
-double seconds_per_call(int calls, F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < calls; ++i) f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls;
-}
-
-/// The same, with `finish` (waiting for a device's queued work) run once after the calls and
-/// timed with them: calls queued back to back, as a model's layers are, waited for once.
+/// Seconds per call of `calls` back-to-back calls of f, with `finish` (waiting for a device's
+/// queued work) run once after the calls and timed with them: calls queued back to back, as a
+/// model's layers are, waited for once.
 template <class F, class Finish>
 double seconds_per_call(int calls, F&& f, Finish&& finish) {
   const auto t0 = std::chrono::steady_clock::now();
