@@ -69,14 +69,14 @@ struct A16Call {
   /// The tile kernel dequantizes B once to bf16 ((q − z)·s rounded once) and runs a plain bf16
   /// GEMM instead of the exact per-group epilogue (the dispatcher sets it above a row count).
   bool dequantize_b = false;
-  /// The tile kernel takes the activations from `fixed` (filled by a16_fixed_fill) instead of
-  /// `x`: int8 tiles with two rows per activation row (the dispatcher sets it at small M).
+  /// The kernels take the activations from `fixed` (filled by a16_fixed_fill) instead of `x`:
+  /// two int8 rows (high and low bytes) per activation row (the dispatcher sets it at small M).
   bool fixed_point = false;
   A16FixedActivations fixed{};
 };
 
-/// The W4A16 call on fixed-point activations prepared in `fixed` (the int8 tiles, or one row in
-/// the AVX-512 streaming kernel).
+/// The W4A16 call on fixed-point activations prepared in `fixed` (the int8 tiles, or up to four
+/// rows in the AVX-512 streaming kernel).
 inline A16Call fixed_point_call(const PackedLinear* w, const A16FixedActivations& fixed,
                                 const OutputView& y, int64_t M) {
   A16Call call{w, {}, y, M};

@@ -2,8 +2,8 @@
 // over up to MR rows, from NP panels at once (NP independent memory streams per thread), and
 // unpack in registers: W4A16 turns nibbles into bf16 (128 + q) with one ternary-logic op and feeds
 // VDPBF16PS; W4A8 splits nibbles into VNNI-4 bytes and feeds VPDPBUSD (weights unsigned,
-// activations signed, so the integer sums are exact); on AMX machines one W4A16 row takes its
-// fixed-point high and low bytes through the same VPDPBUSD stream (a16_fixed_row). Small M
+// activations signed, so the integer sums are exact); on AMX machines W4A16 rows take their
+// fixed-point high and low bytes through the same VPDPBUSD stream (a16_fixed_rows). Small M
 // everywhere, all M without AMX.
 // Built with -ffp-contract=off: the W4A8 epilogue multiplies and adds in the order of
 // docs/formats.md#w4a8-numerics.
@@ -155,64 +155,66 @@ void a8_block(const A8Call& call, int64_t m0, int64_t p0) {
     for (int j = 0; j < NP; ++j) store16(call.y, m0 + m, (p0 + j) * kPanel, out[m][j]);
 }
 
-// W4A16 on fixed-point activations (docs/formats.md#w4a16-fixed-point), one row: its high and
-// low bytes are two int8 rows of W4A8's VPDPBUSD stream, so 64 bytes of a 4-bit panel cost the
-// nibble split and four VPDPBUSD instead of seven unpacking operations and four VDPBF16PS. Per a8
-// chunk the exact Σ v·(q − z) = 256·Σ h·q + Σ l·q − z·Σ v, then one FMA with the step and the
-// scale: the arithmetic of the tile path's a16_fixed_pair, so both give the same bits.
-template <int NP, int PL>
-void a16_fixed_row(const A16Call& call, int64_t m, int64_t p0) {
+// W4A16 on fixed-point activations (docs/formats.md#w4a16-fixed-point), MR rows: each row's high
+// and low bytes are two int8 rows of W4A8's VPDPBUSD stream, so 64 bytes of a 4-bit panel cost the
+// nibble split once for all rows and four VPDPBUSD per row instead of seven unpacking operations
+// and four VDPBF16PS per row. Per a8 chunk the exact Σ v·(q − z) = 256·Σ h·q + Σ l·q − z·Σ v,
+// then one FMA with the step and the scale: the arithmetic of the tile path's a16_fixed_pair, so
+// both give the same bits.
+template <int MR, int NP, int PL>
+void a16_fixed_rows(const A16Call& call, int64_t m0, int64_t p0) {
   const PackedLinear& w = *call.w;
   const A16FixedActivations& x = call.fixed;
   const size_t panel_bytes = w.panel_bytes();
   const uint8_t* base = w.tile(p0, 0);
-  const int8_t* xh = x.q + size_t(2 * m) * size_t(x.stride);
-  const int8_t* xl = xh + x.stride;
-  __m512 out[NP];
-  for (int j = 0; j < NP; ++j) out[j] = load_bias(w, p0 + j);
+  const int8_t* xh[MR];
+  const int8_t* xl[MR];
+  for (int m = 0; m < MR; ++m) {
+    xh[m] = x.q + size_t(2 * (m0 + m)) * size_t(x.stride);
+    xl[m] = xh[m] + x.stride;
+  }
+  __m512 out[MR][NP];
+  for (int j = 0; j < NP; ++j) {
+    const __m512 b = load_bias(w, p0 + j);
+    for (int m = 0; m < MR; ++m) out[m][j] = b;
+  }
   for (size_t ci = 0; ci < w.a8_chunks.size(); ++ci) {
     const Chunk& ch = w.a8_chunks[ci];
-    __m512i ah[NP], al[NP];
-    for (int j = 0; j < NP; ++j) ah[j] = al[j] = _mm512_setzero_si512();
+    __m512i ah[MR][NP], al[MR][NP];
+    for (int m = 0; m < MR; ++m)
+      for (int j = 0; j < NP; ++j) ah[m][j] = al[m][j] = _mm512_setzero_si512();
     for_each_u8_chunk<NP, PL>(
         base, panel_bytes, ch, [&](int k, const __m512i* lo, const __m512i* hi) {
-          const __m512i h0 = bcast32(xh + k), h1 = bcast32(xh + k + 4);
-          const __m512i l0 = bcast32(xl + k), l1 = bcast32(xl + k + 4);
-          for (int j = 0; j < NP; ++j) {
-            ah[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ah[j], lo[j], h0), hi[j], h1);
-            al[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(al[j], lo[j], l0), hi[j], l1);
+          for (int m = 0; m < MR; ++m) {
+            const __m512i h0 = bcast32(xh[m] + k), h1 = bcast32(xh[m] + k + 4);
+            const __m512i l0 = bcast32(xl[m] + k), l1 = bcast32(xl[m] + k + 4);
+            for (int j = 0; j < NP; ++j) {
+              ah[m][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ah[m][j], lo[j], h0), hi[j], h1);
+              al[m][j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(al[m][j], lo[j], l0), hi[j], l1);
+            }
           }
         });
-    const size_t at = size_t(m) * size_t(x.chunks) + ci;
-    const __m512 step = _mm512_set1_ps(x.step[at]);
-    const __m512i vs = _mm512_set1_epi32(x.sum[at]);
     for (int j = 0; j < NP; ++j) {
       const __m512i z = load_zero_i32(w, p0 + j, ch.group);
-      const __m512i exact = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ah[j], 8), al[j]),
-                                             _mm512_mullo_epi32(z, vs));
-      const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), step);
-      out[j] = _mm512_fmadd_ps(t, load_scale(w, p0 + j, ch.group), out[j]);
+      const __m512 s = load_scale(w, p0 + j, ch.group);
+      for (int m = 0; m < MR; ++m) {
+        const size_t at = size_t(m0 + m) * size_t(x.chunks) + ci;
+        const __m512i exact =
+            _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(ah[m][j], 8), al[m][j]),
+                             _mm512_mullo_epi32(z, _mm512_set1_epi32(x.sum[at])));
+        const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(exact), _mm512_set1_ps(x.step[at]));
+        out[m][j] = _mm512_fmadd_ps(t, s, out[m][j]);
+      }
     }
   }
-  for (int j = 0; j < NP; ++j) store16(call.y, m, (p0 + j) * kPanel, out[j]);
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NP; ++j) store16(call.y, m0 + m, (p0 + j) * kPanel, out[m][j]);
 }
 
-template <int NP>
-void a16_fixed_panels(const A16Call& call, int64_t m, int64_t p) {
-  call.w->planes == 2 ? a16_fixed_row<NP, 2>(call, m, p) : a16_fixed_row<NP, 1>(call, m, p);
-}
-
-// Rows [m0, m1) × panels [p0, p1) of the fixed-point form, four panels (streams) at a time.
-void a16_fixed_walk(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  for (int64_t m = m0; m < m1; ++m)
-    for (int64_t p = p0; p < p1;) {
-      const int64_t left = p1 - p, np = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-      np == 4   ? a16_fixed_panels<4>(call, m, p)
-      : np == 2 ? a16_fixed_panels<2>(call, m, p)
-                : a16_fixed_panels<1>(call, m, p);
-      p += np;
-    }
-}
+template <int MR, int NP, int PL>
+struct A16FixedBlock {
+  static void run(const A16Call& c, int64_t m, int64_t p) { a16_fixed_rows<MR, NP, PL>(c, m, p); }
+};
 
 // Run the instantiation for (rows, panels, planes); one per shape a pass can take.
 template <class Call, template <int, int, int> class Block, int MR, int NP, int PL>
@@ -274,7 +276,7 @@ struct A8Block {
 
 void a16_avx512(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   if (call.fixed_point)
-    a16_fixed_walk(call, m0, m1, p0, p1);
+    walk<A16Call, A16FixedBlock>(call, m0, m1, p0, p1);
   else
     walk<A16Call, A16Block>(call, m0, m1, p0, p1);
 }

@@ -196,11 +196,16 @@ std::string quantized_mode_limits(const nibble_layer_desc& d, bool a16) {
 }
 
 // Rows up to this many run the streaming (GEMV-like) AVX-512 kernels even where AMX exists; above
-// it the tile kernels. Measured on a 2-core Xeon with AMX (docs/cpu_amx.md): VDPBF16PS streaming
-// wins only at M = 1 (its instruction rate, not memory, limits it from M = 2); VPDPBUSD streaming
-// wins up to M = 4. NIBBLE_CPU_AMX_SMALL_M (read at prepare) overrides it for benchmarks and tests.
+// it the tile kernels. Measured on AMX machines (docs/cpu_amx.md): VDPBF16PS streaming wins only
+// at M = 1 (its instruction rate, not memory, limits it from M = 2); VPDPBUSD streaming, W4A8's
+// and W4A16's on fixed-point activations, up to M = 4. NIBBLE_CPU_AMX_SMALL_M (read at prepare)
+// overrides it for benchmarks and tests.
 int64_t streaming_row_limit(bool a16) {
-  return sdk::env_integer("NIBBLE_CPU_AMX_SMALL_M", 0, int64_t(1) << 40).value_or(a16 ? 1 : 4);
+  const int64_t vpdpbusd_rows = 4;
+  const int64_t a16_rows =
+      fixed_point_streaming() ? std::clamp<int64_t>(fixed_point_row_limit(), 1, vpdpbusd_rows) : 1;
+  return sdk::env_integer("NIBBLE_CPU_AMX_SMALL_M", 0, int64_t(1) << 40)
+      .value_or(a16 ? a16_rows : vpdpbusd_rows);
 }
 
 // NIBBLE_CPU_AMX_DEQUANT_M (read at prepare) overrides the crossover for benchmarks and tests.

@@ -90,10 +90,10 @@ TEST(CpuAmxFixedPoint, MatchesFloat64FarInsideTheBoundAndWritesEveryOutput) {
   RecordProperty("worst_relative_error_bf16_tiles", std::to_string(worst_bf16));
 }
 
-// At M = 1 the fixed point runs in the AVX-512 streaming kernel (VPDPBUSD on the high and low
-// bytes); forced onto the int8 tiles (NIBBLE_CPU_AMX_SMALL_M=0) the same row gives the same bits,
-// NaN and infinity included.
-TEST(CpuAmxFixedPoint, StreamingRowMatchesTheTilesBitForBit) {
+// At M = 1 to 4 the fixed point runs in the AVX-512 streaming kernel (VPDPBUSD on the high and
+// low bytes of every row); forced onto the int8 tiles (NIBBLE_CPU_AMX_SMALL_M=0) the same rows
+// give the same bits, NaN and infinity included.
+TEST(CpuAmxFixedPoint, StreamingRowsMatchTheTilesBitForBit) {
   if (!amx_here()) GTEST_SKIP() << "no AMX level on this machine";
   MaxIsa cap("amx");
   const nibble_kernel* k = cpu_amx().kernel("linear_a16");
@@ -106,22 +106,26 @@ TEST(CpuAmxFixedPoint, StreamingRowMatchesTheTilesBitForBit) {
     setenv("NIBBLE_CPU_AMX_SMALL_M", "0", 1);
     auto tiles = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
     unsetenv("NIBBLE_CPU_AMX_SMALL_M");
-    Activations x = random_activations(1, c.K, sdk::dtype_f32(), ++seed);
-    const std::string what = "w" + std::to_string(c.bits) + " g" + std::to_string(c.group) +
-                             " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N);
-    for (int poison = 0; poison < 3; ++poison) {
-      if (poison > 0)
-        sdk::store_float(x.bytes.data(), x.dtype, size_t(c.K / 3), poison == 1 ? NAN : INFINITY);
-      LinearResult a = run_linear(*stream, x, c.N);
-      LinearResult b = run_linear(*tiles, x, c.N, 1);
-      ASSERT_EQ(a.status, NIBBLE_OK) << what << ": " << a.message;
-      ASSERT_EQ(b.status, NIBBLE_OK) << what << ": " << b.message;
-      EXPECT_TRUE(a.padding_untouched) << what;
-      EXPECT_EQ(a.bytes, b.bytes) << what << " poison " << poison;
-      if (poison == 0) {
-        EXPECT_EQ(a.non_finite, 0u) << what;
-        EXPECT_LE(relative_error(a.values, reference_linear(w, x.values, 1)), kFixedPointBound)
-            << what;
+    for (int64_t M = 1; M <= 4; ++M) {
+      Activations x = random_activations(M, c.K, sdk::dtype_f32(), ++seed);
+      const std::string what = "w" + std::to_string(c.bits) + " g" + std::to_string(c.group) +
+                               " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) +
+                               " M=" + std::to_string(M);
+      for (int poison = 0; poison < 3; ++poison) {
+        if (poison > 0)
+          sdk::store_float(x.bytes.data(), x.dtype, size_t(M * c.K - c.K / 3),
+                           poison == 1 ? NAN : INFINITY);
+        LinearResult a = run_linear(*stream, x, c.N);
+        LinearResult b = run_linear(*tiles, x, c.N, 1);
+        ASSERT_EQ(a.status, NIBBLE_OK) << what << ": " << a.message;
+        ASSERT_EQ(b.status, NIBBLE_OK) << what << ": " << b.message;
+        EXPECT_TRUE(a.padding_untouched) << what;
+        EXPECT_EQ(a.bytes, b.bytes) << what << " poison " << poison;
+        if (poison == 0) {
+          EXPECT_EQ(a.non_finite, 0u) << what;
+          EXPECT_LE(relative_error(a.values, reference_linear(w, x.values, M)), kFixedPointBound)
+              << what;
+        }
       }
     }
   }
