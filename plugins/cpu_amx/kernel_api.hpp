@@ -112,6 +112,8 @@ void a16_avx512(const A16Call&, int64_t, int64_t, int64_t, int64_t);
 void a8_avx512(const A8Call&, int64_t, int64_t, int64_t, int64_t);
 void a16_amx(const A16Call&, int64_t, int64_t, int64_t, int64_t);
 void a8_amx(const A8Call&, int64_t, int64_t, int64_t, int64_t);
+/// a16_amx above the crossover (A16Call::dequantize_b): B dequantized to bf16, a plain bf16 GEMM.
+void a16_dequantized_amx(const A16Call&, int64_t, int64_t, int64_t, int64_t);
 
 /// Scale and zero point of column c of a panel's group (portable decode of the scale words).
 inline void scale_and_zero(const PackedLinear& w, int64_t panel, int64_t group, int c, float* scale,
