@@ -1,10 +1,10 @@
 // AMX tile instructions in software, for builds that test the tile kernels on CPUs without AMX
 // (NIBBLE_CPU_AMX_TILE_EMULATION): the AMX kernel files include this through amx_tiles.hpp, and
 // their _tile_* calls then run here, on eight 1 KiB tiles per thread, as the hardware keeps them
-// per thread. Shapes follow the loaded configuration; a tile instruction without one, or with shapes
-// that do not fit together, stops the process with a message, where the hardware would fault.
-// Tile loads and stores are plain C++ reads and writes, so a sanitizer sees every byte a kernel
-// loads. Products follow the instructions' definitions (Intel SDM, TDPBF16PS and TDPB[SU]D):
+// per thread. Shapes follow the loaded configuration; a tile instruction without one, or with
+// shapes that do not fit together, stops the process with a message, where the hardware would
+// fault. Tile loads and stores are plain C++ reads and writes, so a sanitizer sees every byte a
+// kernel loads. Products follow the instructions' definitions (Intel SDM, TDPBF16PS and TDPB[SU]D):
 // bf16 pairs multiplied exactly in fp32 and added one after the other with denormal inputs and
 // outputs flushed to zero, int8 quads summed into int32 with wrap-around. Slow; never for speed.
 #pragma once
