@@ -127,9 +127,6 @@ static double hot_walk(ThreadData& t, int reps) {
   for (int g0 = 0; g0 < groups_of_panels; g0 += G)
     for (int c = 0; c < kChunks; ++c)
       for (int p = g0; p < std::min(groups_of_panels, g0 + G); ++p) seq.push_back({c, p * NP});
-  if (G == 1)
-    std::stable_sort(seq.begin(), seq.end(),
-                     [](const Unit& x, const Unit& y) { return x.panel < y.panel; });
   float sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int rep = 0; rep < reps; ++rep)

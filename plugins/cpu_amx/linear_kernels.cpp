@@ -200,12 +200,12 @@ std::string quantized_mode_limits(const nibble_layer_desc& d, bool a16) {
 // at M = 1 (its instruction rate, not memory, limits it from M = 2); VPDPBUSD streaming, W4A8's
 // and W4A16's on fixed-point activations, up to M = 4. NIBBLE_CPU_AMX_SMALL_M (read at prepare)
 // overrides it for benchmarks and tests.
-int64_t streaming_row_limit(bool a16) {
+int64_t streaming_row_limit(bool a16, int64_t fixed_rows, bool fixed_stream) {
   const int64_t vpdpbusd_rows = 4;
-  const int64_t a16_rows =
-      fixed_point_streaming() ? std::clamp<int64_t>(fixed_point_row_limit(), 1, vpdpbusd_rows) : 1;
-  return sdk::env_integer("NIBBLE_CPU_AMX_SMALL_M", 0, int64_t(1) << 40)
-      .value_or(a16 ? a16_rows : vpdpbusd_rows);
+  const int64_t rows = !a16           ? vpdpbusd_rows
+                       : fixed_stream ? std::clamp<int64_t>(fixed_rows, 1, vpdpbusd_rows)
+                                      : int64_t(1);
+  return sdk::env_integer("NIBBLE_CPU_AMX_SMALL_M", 0, int64_t(1) << 40).value_or(rows);
 }
 
 // NIBBLE_CPU_AMX_DEQUANT_M (read at prepare) overrides the crossover for benchmarks and tests.
@@ -227,7 +227,8 @@ int64_t fixed_point_row_limit() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_M", 0, 8).value_or(8);
 }
 
-// NIBBLE_CPU_AMX_FIXED_STREAM=0 (read at prepare) keeps one W4A16 row on bf16 activations.
+// NIBBLE_CPU_AMX_FIXED_STREAM=0 (read at prepare) keeps one W4A16 row on bf16 activations and sends
+// 2-4 to the int8 tiles.
 bool fixed_point_streaming() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1;
 }
@@ -241,11 +242,12 @@ class LinearPrepared final : public sdk::Prepared {
         w_(std::move(w)),
         level_(level),
         paths_(paths_for(level)),
-        small_m_(streaming_row_limit(mode == Mode::a16)),
         dequant_m_(dequant_row_threshold()),
         unit_rows_(unit_row_minimum()),
         fixed_m_(mode == Mode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0),
-        fixed_stream_(fixed_point_streaming()) {}
+        fixed_stream_(fixed_point_streaming()) {
+    small_m_ = streaming_row_limit(mode == Mode::a16, fixed_m_, fixed_stream_);
+  }
 
   size_t bytes() const override { return w_->bytes(); }
 
@@ -293,8 +295,7 @@ class LinearPrepared final : public sdk::Prepared {
 
  private:
   // Whether M rows take fixed-point activations (AMX, at most fixed_m_): on the int8 tiles above
-  // the streaming rows, in the AVX-512 streaming kernel at and below them (W4A16's streaming row
-  // limit is 1).
+  // the streaming rows, in the AVX-512 streaming kernel at and below them.
   bool fixed_point(int64_t M) const { return M <= fixed_m_ && (M > small_m_ || fixed_stream_); }
 
   Mode mode_;

@@ -23,19 +23,23 @@ std::unique_ptr<sdk::Kernel> make_dense_onednn_f32_kernel();
 /// share these rules.
 std::string quantized_mode_limits(const nibble_layer_desc& d, bool a16);
 
-/// Rows up to which the streaming AVX-512 kernels run even where AMX exists (above: tiles).
-int64_t streaming_row_limit(bool a16);
+/// Rows up to which the streaming AVX-512 kernels run even where AMX exists (above: tiles): 4,
+/// and for W4A16 (`a16`) 1 unless its rows stream in fixed point (`fixed_stream`), then up to
+/// 4 of its `fixed_rows` (the caller's fixed_point_row_limit(), 0 where that is off).
+int64_t streaming_row_limit(bool a16, int64_t fixed_rows, bool fixed_stream);
 
 /// Rows from which W4A16's tile kernel dequantizes B to bf16 once per K block and runs a plain
 /// bf16 GEMM instead of the exact per-group epilogue (faster once enough rows share each B tile).
 int64_t dequant_row_threshold();
 
-/// Rows up to which W4A16 runs on AMX's int8 tiles with fixed-point activations
-/// (docs/formats.md#w4a16-fixed-point), above the streaming rows; 0 turns it off.
+/// Rows up to which W4A16 takes fixed-point activations on AMX
+/// (docs/formats.md#w4a16-fixed-point): in the streaming kernel up to the streaming row limit,
+/// on the int8 tiles above it; 0 turns it off.
 int64_t fixed_point_row_limit();
 
 /// Whether W4A16 rows within the streaming row limit take fixed-point activations too, in the
-/// AVX-512 streaming kernel (AMX level; NIBBLE_CPU_AMX_FIXED_STREAM=0 turns it off).
+/// AVX-512 streaming kernel (AMX level; NIBBLE_CPU_AMX_FIXED_STREAM=0 turns it off, which keeps
+/// the streaming limit at one row).
 bool fixed_point_streaming();
 
 /// Stop the worker pool and join oneTBB's workers (used at prepare), the backend's shutdown; no

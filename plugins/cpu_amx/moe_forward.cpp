@@ -154,10 +154,10 @@ class MoePrepared final : public sdk::Prepared {
         top_k_(top_k),
         level_(level),
         kernels_(micro_kernels_for(level)),
-        small_m_(streaming_row_limit(mode == MoeMode::a16)),
         dequant_m_(dequant_row_threshold()),
         fixed_m_(mode == MoeMode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0),
         fixed_stream_(fixed_point_streaming()) {
+    small_m_ = streaming_row_limit(mode == MoeMode::a16, fixed_m_, fixed_stream_);
     for (const auto& e : experts_) {
       kp13_ = std::max(kp13_, e.w13->Kp);
       kp2_ = std::max(kp2_, e.w2->Kp);

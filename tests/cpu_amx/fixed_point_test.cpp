@@ -131,15 +131,16 @@ TEST(CpuAmxFixedPoint, StreamingRowsMatchTheTilesBitForBit) {
   }
 }
 
-// MoE decode: an expert with one routed row runs the streaming fixed-point row on the token's
-// fixed-point form, prepared once and copied to each of its experts. Forced onto the int8 tiles
-// (NIBBLE_CPU_AMX_SMALL_M=0) the same call gives the same bits; on bf16 activations
-// (NIBBLE_CPU_AMX_FIXED_STREAM=0) other bits, several times less accurate. w2's input h =
-// silu(gate)·up is heavy-tailed (a block's largest magnitude far above most of its values), so
-// the error is above the linear layers': measured 1.0e-4 to 2.6e-4 (bf16 activations 1.8e-3 to
-// 2.5e-3); the bound leaves 4× of that, the kernel declares 1e-2.
+// MoE: an expert with 1-4 routed rows runs the streaming fixed-point rows, 5-8 the int8 tiles, on
+// the token's fixed-point form (at decode prepared once and copied to each of its experts).
+// Forced onto the int8 tiles (NIBBLE_CPU_AMX_SMALL_M=0) the same call gives the same bits; at
+// decode, on bf16 activations (NIBBLE_CPU_AMX_FIXED_STREAM=0, which moves only one-row experts)
+// other bits, several times less accurate. w2's input h = silu(gate)·up is heavy-tailed (a block's
+// largest magnitude far above most of its values), so the error is above the linear layers':
+// measured 1.0e-4 to 2.6e-4 (bf16 activations 1.8e-3 to 2.5e-3); the bound leaves 4× of that,
+// the kernel declares 1e-2.
 constexpr double kMoeFixedPointBound = 1e-3;
-TEST(CpuAmxFixedPoint, MoeDecodeRowsMatchTheTilesBitForBit) {
+TEST(CpuAmxFixedPoint, MoeExpertRowsMatchTheTilesBitForBit) {
   if (!amx_here()) GTEST_SKIP() << "no AMX level on this machine";
   MaxIsa cap("amx");
   const nibble_kernel* k = cpu_amx().kernel("moe_a16");
@@ -152,7 +153,7 @@ TEST(CpuAmxFixedPoint, MoeDecodeRowsMatchTheTilesBitForBit) {
   };
   for (const MoeCase& c :
        {MoeCase{8, 2, 1, 512, 128, 4, false}, MoeCase{16, 8, 1, 384, 96, 4, true},
-        MoeCase{64, 8, 3, 256, 64, 8, false}}) {
+        MoeCase{64, 8, 3, 256, 64, 8, false}, MoeCase{4, 2, 8, 256, 64, 4, false}}) {
     const TestExperts ex = random_experts(c.E, c.K, c.I, c.bits, 128, 64, false, c.act_order, 17);
     const nibble_layer_desc d = moe_desc(ex, c.top_k);
     auto stream = prepare_moe(k, d, ex);
@@ -177,9 +178,11 @@ TEST(CpuAmxFixedPoint, MoeDecodeRowsMatchTheTilesBitForBit) {
       ASSERT_EQ(f.status, NIBBLE_OK) << what << ": " << f.message;
       EXPECT_EQ(a.not_finite, 0u) << what << ": an output was not written";
       EXPECT_LE(a.rel_error, kMoeFixedPointBound) << what;
-      EXPECT_LT(4 * a.rel_error, f.rel_error) << what << ": no more accurate than bf16 activations";
       EXPECT_EQ(a.y, b.y) << what << " threads " << threads << ": the tiles gave other bits";
-      EXPECT_NE(a.y, f.y) << what << ": NIBBLE_CPU_AMX_FIXED_STREAM=0 changed nothing";
+      if (c.M * c.top_k <= c.E) {  // decode: experts of one row
+        EXPECT_LT(4 * a.rel_error, f.rel_error) << what << ": no more accurate than bf16";
+        EXPECT_NE(a.y, f.y) << what << ": NIBBLE_CPU_AMX_FIXED_STREAM=0 changed nothing";
+      }
       if (threads == 1)
         RecordProperty("relative_error_" + std::to_string(c.E) + "x" + std::to_string(c.top_k),
                        std::to_string(a.rel_error));
