@@ -113,6 +113,18 @@ struct ThreadData {
   }
 };
 
+// One k-tile of two panels: A (16 rows at the kernel's stride) into tile TA, the panels' B tiles
+// (1 KiB apart from B) into TB0 and TB1, C0 += A·B0, C1 += A·B1. A macro: tile numbers must be
+// literals.
+#define TWO_PANEL_STEP(A, B, TA, TB0, TB1) \
+  do {                                     \
+    _tile_loadd(TA, A, kAStride);          \
+    _tile_loadd(TB0, B, 64);               \
+    _tile_dpbf16ps(0, TA, TB0);            \
+    _tile_loadd(TB1, (B) + kBTile, 64);    \
+    _tile_dpbf16ps(1, TA, TB1);            \
+  } while (0)
+
 // Tiles: 0 = A4, B6, B7; 1 = odd k-tiles in A5, B2, B3; 2 = four panels (np4).
 // G: pairs taking turns per chunk (1 = the kernel's pair-by-pair order).
 template <int Tiles, bool Unpack, bool AFromL1, int G>
@@ -145,25 +157,12 @@ static double hot_walk(ThreadData& t, int reps) {
         const uint8_t* a = t.a + (AFromL1 ? i : kt) * 64;
         const uint8_t* bb = bs + size_t(i * NP) * kBTile;
         if constexpr (Tiles == 0) {
-          _tile_loadd(4, a, kAStride);
-          _tile_loadd(6, bb, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_loadd(7, bb + kBTile, 64);
-          _tile_dpbf16ps(1, 4, 7);
+          TWO_PANEL_STEP(a, bb, 4, 6, 7);
         } else if constexpr (Tiles == 1) {
-          if (i & 1) {
-            _tile_loadd(5, a, kAStride);
-            _tile_loadd(2, bb, 64);
-            _tile_dpbf16ps(0, 5, 2);
-            _tile_loadd(3, bb + kBTile, 64);
-            _tile_dpbf16ps(1, 5, 3);
-          } else {
-            _tile_loadd(4, a, kAStride);
-            _tile_loadd(6, bb, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(7, bb + kBTile, 64);
-            _tile_dpbf16ps(1, 4, 7);
-          }
+          if (i & 1)
+            TWO_PANEL_STEP(a, bb, 5, 2, 3);
+          else
+            TWO_PANEL_STEP(a, bb, 4, 6, 7);
         } else {
           _tile_loadd(4, a, kAStride);
           _tile_loadd(5, bb, 64);
@@ -220,11 +219,7 @@ static double cold_walk(ThreadData& t, int reps, int rep0) {
         for (int i = 0; i < kChunkTiles; ++i) {
           const int kt = c * kChunkTiles + i;
           const uint8_t* bb = bs + size_t(i * 2) * kBTile;
-          _tile_loadd(4, t.a + kt * 64, kAStride);
-          _tile_loadd(6, bb, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_loadd(7, bb + kBTile, 64);
-          _tile_dpbf16ps(1, 4, 7);
+          TWO_PANEL_STEP(t.a + kt * 64, bb, 4, 6, 7);
           if (next_pair < t.pairs)
             for (int j = 0; j < 2; ++j) {
               const uint8_t* src = t.tile(w, 2 * next_pair + j, next_chunk * kChunkTiles + i);
@@ -247,7 +242,7 @@ static double cold_walk(ThreadData& t, int reps, int rep0) {
   return s / (double(reps) * t.pairs * 2 * kKTiles) * 1e9;
 }
 
-// Runs fn(thread, i) on every thread at once; prints the mean and slowest ns per product.
+// Runs fn(thread's data) on every thread at once; prints the mean and slowest ns per product.
 template <class Fn>
 static void measure(const char* what, int round, std::vector<ThreadData>& th, Fn fn) {
   const int T = int(th.size());
@@ -260,7 +255,7 @@ static void measure(const char* what, int round, std::vector<ThreadData>& th, Fn
       ready.fetch_add(1);
       while (ready.load() < T) {
       }
-      ns[size_t(i)] = fn(th[size_t(i)], i);
+      ns[size_t(i)] = fn(th[size_t(i)]);
     });
   for (auto& x : ts) x.join();
   double sum = 0, most = 0;
@@ -318,13 +313,13 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r) {
       if (!cold)
         for (const auto& [name, fn] : hot)
-          measure(name, r, th, [&](ThreadData& t, int) {
+          measure(name, r, th, [&](ThreadData& t) {
             fn(t, 2);  // warm
             return fn(t, 20);
           });
       else
         for (const auto& [name, fn] : colds) {
-          measure(name, r, th, [&](ThreadData& t, int) { return fn(t, 8, rep0); });
+          measure(name, r, th, [&](ThreadData& t) { return fn(t, 8, rep0); });
           rep0 += 8;
         }
     }
