@@ -115,6 +115,21 @@ double timed_sample(int calls, F&& f) {
   return timed_sample(calls, f, [] {});
 }
 
+/// The longest a timed sample's calls take together, about: a case whose call takes longer than
+/// this over --burst runs fewer calls per sample (at least one).
+inline constexpr double kSampleSeconds = 0.05;
+
+/// Calls per timed sample for a case whose (warm-up) call took `call_seconds`: `burst`, or as
+/// many as fit kSampleSeconds when fewer, at least 1. Back-to-back calls show what a call's fixed
+/// cost (waking and splitting the work, tens of microseconds) adds where it is a visible share of
+/// the call; a call of several milliseconds gains nothing from them but time (the MoE bench's
+/// large layers at M = 1024 took minutes at a burst of 8).
+inline int burst_for(int burst, double call_seconds) {
+  if (!(call_seconds > 0)) return burst;  // not measured (or NaN): as asked
+  const double fit = kSampleSeconds / call_seconds;
+  return fit >= burst ? burst : std::max(1, int(fit));
+}
+
 /// n normal(0, 1) values rounded to bf16.
 inline std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -52,6 +52,8 @@ TEST(MoeBench, TimesFusedLoopAndOnednnAndTheirOutputsAgree) {
     EXPECT_GT(c.at("speedup_loop").at("median").get<double>(), 0) << what;
     EXPECT_GT(c.at("speedup_onednn").at("median").get<double>(), 0) << what;
     EXPECT_GE(c.at("layer_copies").get<int>(), 2) << what;
+    EXPECT_GE(c.at("calls_per_sample").get<int>(), 1) << what;
+    EXPECT_LE(c.at("calls_per_sample").get<int>(), 8) << what;  // the default --burst at most
     // Same weights, same routing: the fused kernel and the loop of linear calls agree (rms of
     // the difference over rms) within their numeric modes: the loop rounds gate/up and h to
     // bf16; W4A8 quantizes h per row. A wrong expert or slot would be off by ~100 %.
