@@ -201,10 +201,45 @@ __device__ __forceinline__ void split(int64_t n, int parts, int i, int64_t& begi
   end = n * (i + 1) / parts;
 }
 
-// split() in 32-bit arithmetic, for n · parts < 2^32 (a 64-bit division is a long subroutine).
+// split() in 32-bit arithmetic, for n · parts < 2^32 (a 64-bit division is a long subroutine);
+// a power-of-two count of parts (the usual case) shifts instead of dividing.
 __device__ __forceinline__ void split32(int n, int parts, int i, int& begin, int& end) {
+  if ((parts & (parts - 1)) == 0) {
+    const int shift = __ffs(parts) - 1;
+    begin = int((unsigned(n) * unsigned(i)) >> shift);
+    end = int((unsigned(n) * unsigned(i + 1)) >> shift);
+    return;
+  }
   begin = int(unsigned(n) * unsigned(i) / unsigned(parts));
   end = int(unsigned(n) * unsigned(i + 1) / unsigned(parts));
+}
+
+// Division of small counts by a divisor fixed for the kernel: a multiply and a shift where the
+// division is a sequence of about 20 instructions. Exact for 0 <= n < 256 and 1 <= d <= 256
+// (checked for every pair): the quotient's error is below n / 2^16, less than the 1 / d that
+// separates its fraction from the next integer.
+struct SmallDivisor {
+  uint32_t d, m;
+  __device__ explicit SmallDivisor(int divisor)
+      : d(uint32_t(divisor)), m((65536u + uint32_t(divisor) - 1) / uint32_t(divisor)) {}
+  __device__ __forceinline__ int quot(int n) const { return int((uint32_t(n) * m) >> 16); }
+  __device__ __forceinline__ int rem(int n) const { return n - quot(n) * int(d); }
+};
+
+/// This block's cluster along x and its rank in it, for clusters laid along x (1: the block).
+__device__ __forceinline__ void cluster_place(int cluster, int& index, int& rank) {
+  if (cluster == 1) {
+    index = int(blockIdx.x), rank = 0;
+    return;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t x, r;
+  asm("mov.u32 %0, %%clusterid.x;\n" : "=r"(x));
+  asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  index = int(x), rank = int(r);
+#else
+  index = int(blockIdx.x) / cluster, rank = int(blockIdx.x) % cluster;
+#endif
 }
 
 }  // namespace nibble::cuda::device

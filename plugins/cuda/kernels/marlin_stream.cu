@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   constexpr int kBatch = BITS == 4 ? 4 : 2;
   extern __shared__ uint4 smem[];
 
-  const int strip = blockIdx.x / cluster, rank = blockIdx.x % cluster;
+  int strip, rank;
+  device::cluster_place(cluster, strip, rank);
   const MarlinDevice& w = a.w;
   // Launched with programmatic stream serialization, the next kernel on the stream may be
   // launched once every block of this one has started, and its blocks take SMs as this one's
@@ -107,8 +108,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane % 4;
   // The staged row whose address this lane gives ldmatrix.
   const int x_row = std::min(kWeightsA ? lane % 8 : lane % 16, staged_rows - 1);
-  const int R = runs_per_block, KP = kWarps / runs_per_block;
-  const int run = warp % R, kp = warp / R;
+  // Runs per block are 1, 2, 4 or 8 (the launcher checks): shifts, not divisions.
+  const int R = runs_per_block, r_shift = __ffs(R) - 1, KP = kWarps >> r_shift;
+  const int run = warp & (R - 1), kp = warp >> r_shift;
   const int64_t n_run = (int64_t(strip) * R + run) * 64;
   const bool run_valid = n_run < w.N;
   // Slab indices in 32 bits (K / 16 < 2^27), split without 64-bit division.
@@ -438,11 +440,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // Reduce: the KP warps of each run, then the cluster's blocks through distributed shared
   // memory, each rank finishing a share of the outputs, summed over the ranks in rank order.
   __syncthreads();
-  const int outputs = R * rows * 64;  // rows past `rows` are never stored
+  const int outputs = R * rows * 64;                        // rows past `rows` are never stored
+  const device::SmallDivisor by_rows(rows > 0 ? rows : 1);  // (e >> 6) < R · rows <= 128
   const bool swiglu = a.epilogue == Epilogue::swiglu;
   // Output e (run r, row, column col) with its sum v and, for swiglu, the sum of its up column.
   auto finish = [&](int e, float v, float up) {
-    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
+    const int r = by_rows.quot(e >> 6), row = by_rows.rem(e >> 6), col = e & 63;
     const int64_t n = (int64_t(strip) * R + r) * 64 + col;
     const int64_t out_row = a.y_by_pair ? a.sorted[row0 + row] : row0 + row;
     if (swiglu) {
@@ -454,13 +457,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   };
   auto warps_sum = [&](int e) {
-    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
+    const int r = by_rows.quot(e >> 6), row = by_rows.rem(e >> 6), col = e & 63;
     float v = 0.f;
     for (int k = 0; k < KP; ++k) v += sums[sum_index(k * R + r, row, col)];
     return v;
   };
   auto stored = [&](int e) {  // whether output e is written (its run exists, not an up column)
-    const int r = (e >> 6) / rows, col = e & 63;
+    const int r = by_rows.quot(e >> 6), col = e & 63;
     return (int64_t(strip) * R + r) * 64 + col < w.N && !(swiglu && col >= 32);
   };
   cg::cluster_group cl = cg::this_cluster();
@@ -471,11 +474,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       // swiglu output and its up column stay together), and after one cluster barrier reads
       // only its own memory — no rank waits for the others' reads before it leaves.
       const int units = outputs / 64, per = (units + cluster - 1) / cluster, span = per * 64;
-      constexpr int kBox = 8 * kSumLd;  // one warp's rows 8-15
+      const device::SmallDivisor by_per(per);  // (e >> 6) < units <= 64
+      constexpr int kBox = 8 * kSumLd;         // one warp's rows 8-15
       auto inbox = [&](int i) { return (i / kBox) * (kRows * kSumLd) + kBox + i % kBox; };
       device::cluster_wait();
       for (int e = threadIdx.x; e < outputs; e += kThreads) {
-        const int q = (e >> 6) / per;
+        const int q = by_per.quot(e >> 6);
         cl.map_shared_rank(sums, q)[inbox(rank * span + e - q * span)] = warps_sum(e);
       }
       cl.sync();
@@ -493,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
   for (int e = threadIdx.x; e < outputs; e += kThreads) {
-    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
+    const int r = by_rows.quot(e >> 6), row = by_rows.rem(e >> 6), col = e & 63;
     sums[sum_index(r, row, col)] = warps_sum(e);  // read above by this thread only
   }
   int first = 0, last = outputs;
@@ -505,7 +509,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   for (int e = first + threadIdx.x; e < last; e += kThreads) {
     if (!stored(e)) continue;
-    const int r = (e >> 6) / rows, row = (e >> 6) % rows, col = e & 63;
+    const int r = by_rows.quot(e >> 6), row = by_rows.rem(e >> 6), col = e & 63;
     float v = 0.f, up = 0.f;
     const int at = sum_index(r, row, col), at_up = swiglu ? sum_index(r, row, col + 32) : 0;
     for (int q = 0; q < cluster; ++q) {
