@@ -35,9 +35,10 @@ struct Options {
   /// every CPU the process may run on.
   std::vector<int> threads = {default_thread_count()};
   int bits = 4, group = 128, rounds = 7;
-  /// Calls per timed sample: each sample runs this many calls back to back, each on the next
-  /// cold copy, and divides (a model's layers run back to back; 1 times lone calls after the
-  /// limit probes, which also pay for waking parked workers).
+  /// Calls per timed sample, at most: each sample runs this many calls back to back, each on the
+  /// next cold copy, and divides (a model's layers run back to back; 1 times lone calls after
+  /// the limit probes, which also pay for waking parked workers); fewer for long calls
+  /// (sample_calls).
   int burst = 8;
   double min_seconds = 0.3;
   bool dispatch = false;          ///< run the per-call cost probe instead (dispatch_probe.cpp)
@@ -119,15 +120,27 @@ double timed_sample(int calls, F&& f) {
 /// this over --burst runs fewer calls per sample (at least one).
 inline constexpr double kSampleSeconds = 0.05;
 
-/// Calls per timed sample for a case whose (warm-up) call took `call_seconds`: `burst`, or as
+/// Calls per timed sample for a case whose call took `call_seconds`: `burst` (at least 1), or as
 /// many as fit kSampleSeconds when fewer, at least 1. Back-to-back calls show what a call's fixed
 /// cost (waking and splitting the work, tens of microseconds) adds where it is a visible share of
 /// the call; a call of several milliseconds gains nothing from them but time (the MoE bench's
 /// large layers at M = 1024 took minutes at a burst of 8).
 inline int burst_for(int burst, double call_seconds) {
+  burst = std::max(burst, 1);
   if (!(call_seconds > 0)) return burst;  // not measured (or NaN): as asked
   const double fit = kSampleSeconds / call_seconds;
   return fit >= burst ? burst : std::max(1, int(fit));
+}
+
+/// Calls per timed sample for a case whose warm-up call took `first_seconds`. The warm-up also
+/// pays one-time costs (the workers' start, a workspace growing, lazy loading): where it would cut
+/// the burst, `timed_call` (one more call, returning its seconds) decides with the faster of the
+/// two, so the count does not hang on one slow call.
+template <class TimedCall>
+int sample_calls(int burst, double first_seconds, TimedCall&& timed_call) {
+  const int calls = burst_for(burst, first_seconds);
+  if (calls == burst_for(burst, 0.0)) return calls;  // the whole burst fits
+  return burst_for(burst, std::min(first_seconds, timed_call()));
 }
 
 /// n normal(0, 1) values rounded to bf16.
@@ -208,7 +221,7 @@ inline nlohmann::json run_header(const Options& o, const std::string& probe, siz
   out["thread_counts"] = o.threads;
   out["l3_bytes"] = l3;
   out["cold_bytes"] = cold;
-  out["calls_per_sample"] = o.burst;
+  out["calls_per_sample"] = o.burst;  // at most; each case records its own (sample_calls)
   out["cases"] = nlohmann::json::array();
   return out;
 }

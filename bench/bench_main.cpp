@@ -184,9 +184,12 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         size_t ck = 0;
         // The warm-up call. Its own time sizes the samples (for a device backend, whose calls
         // are queued and waited for once per sample, that is the time to queue it).
-        const double first_call = seconds_of([&] { run_layer(ck++ % copies); });
-        wait();
-        const int calls = burst_for(o.burst, first_call);
+        auto timed_call = [&] {
+          const double t = seconds_of([&] { run_layer(ck++ % copies); });
+          wait();
+          return t;
+        };
+        const int calls = sample_calls(o.burst, timed_call(), timed_call);
         auto run_dense = [&] { dense->run(xm.as<uint16_t>(), ydm.as<uint16_t>(), M); };
         if (dense) {
           run_dense();
@@ -245,6 +248,7 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         if (with_ref)
           std::printf("  %s %.1f us (%.2fx)", o.baseline.c_str(), stats(tr).median * 1e6,
                       stats(ratio_ref).median);
+        if (calls < o.burst) std::printf("  [%d calls per sample]", calls);
         std::printf("\n");
         std::fflush(stdout);
         nlohmann::json c;

@@ -15,6 +15,7 @@
 namespace nibble::bench {
 namespace {
 
+static_assert(kSampleSeconds == 0.05, "the usage text says 50 ms");
 const char* kUsage =
     "usage: nibble bench [--plugin-dir DIR] [--backend NAME] [--shapes KxN,...] [--m 1,4,...]\n"
     "         [--modes w4a16,w4a8] [--bits 4|8] [--group G] [--threads T,...] [--rounds R]\n"
@@ -31,8 +32,8 @@ const char* kUsage =
     "their count, as a model's layers run, after 1 ms idle (whatever ran before parks its\n"
     "workers) and one untimed call (the sample's own workers are awake); --burst 1 times lone\n"
     "calls after 1 ms idle, which also pay for waking the backend's parked workers. Where a\n"
-    "case's first call says --burst calls would take over 50 ms, its samples are as many calls\n"
-    "as fit in 50 ms (at least one).\n"
+    "case's first two calls say --burst calls would take over 50 ms, its samples are as many\n"
+    "calls as fit in 50 ms (at least one; one is a lone call), marked in the table.\n"
     "A backend whose kernels run on a device (cuda) gets its layers and activations there; each\n"
     "sample waits for the device once, after its last call; the bandwidth is the device's own\n"
     "(a device-to-device copy, read + write) and the dense baseline is the backend's own dense\n"

@@ -255,12 +255,14 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
                      (which ? *dense2 : *dense13).run(int(c * s.num_experts + e), in, o_, n);
                    });
         };
-        // Warm-up (creates oneDNN's primitives for every row count) and an agreement check; the
-        // fused call's time sizes the samples of all three.
-        const int calls = burst_for(o.burst, seconds_of(call_fused));
+        // Warm-up (creates oneDNN's primitives for every row count) and an agreement check on
+        // the same routing; then the fused call's time sizes the samples of all three.
+        const double first_fused = seconds_of(call_fused);
         call_loop();
         if (o.onednn) call_dense();
         const double disagreement = relative_difference(yl, y);
+        const int calls =
+            sample_calls(o.burst, first_fused, [&] { return seconds_of(call_fused); });
         std::vector<double> t_fused, t_loop, t_dense, r_loop, r_dense;
         LimitSamples limits;
         interleaved_rounds(o, threads, bandwidth, amx, mode, limits, [&] {
@@ -290,6 +292,7 @@ void run_moe_at(const Options& o, int threads, const Plugin& plugin,
             sf.max * 1e6, routed_bytes / 1e6, gbps, 100 * r_bw, tflops, 100 * r_peak,
             sl.median * 1e6, srl.median);
         if (o.onednn) std::printf(" %10.0f %6.2fx", sd.median * 1e6, srd.median);
+        if (calls < o.burst) std::printf("  [%d calls per sample]", calls);
         std::printf("\n");
         std::fflush(stdout);
         nlohmann::json c;

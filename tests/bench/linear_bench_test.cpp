@@ -53,7 +53,10 @@ TEST(LinearBench, RunsEveryCaseAtEachThreadCountAndEvaluatesTheTargets) {
     seen.insert(
         {t, c.at("K").get<int64_t>(), c.at("M").get<int64_t>(), c.at("mode").get<std::string>()});
     EXPECT_GT(c.at("read_gbps").at("median").get<double>(), 0);
-    EXPECT_EQ(c.at("calls_per_sample"), 2);  // layers this small fit --burst 2 in a sample
+    // Layers this small fit --burst 2 in a sample (a timed count: only its range is asserted;
+    // the device bench test checks a cut burst on a forward of known length).
+    EXPECT_GE(c.at("calls_per_sample").get<int>(), 1);
+    EXPECT_LE(c.at("calls_per_sample").get<int>(), 2);
   }
   EXPECT_EQ(seen.size(), 2u * 2u * 3u * 2u);
   ASSERT_EQ(out.at("limits_by_threads").size(), 2u);

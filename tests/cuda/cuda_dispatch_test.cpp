@@ -1,7 +1,8 @@
 // The CUDA backend's host-side rules, no GPU needed: the small-M kernel's split, the large-M
-// plan of the dequantizing GEMM, what the warpgroup-MMA kernel takes and its configuration, and
-// which large-M kernel linear_marlin runs. Each checks the choices the H200 sweeps measured
-// fastest (docs/cuda.md) and that every choice is one the launchers take.
+// plan of the dequantizing GEMM, what the warpgroup-MMA kernel takes and its configuration,
+// which large-M kernel linear_marlin runs, and the kernels' division of small counts. Each checks
+// the choices the H200 sweeps measured fastest (docs/cuda.md) and that every choice is one the
+// launchers take.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,9 +13,24 @@
 
 #include "dequant_gemm.hpp"
 #include "launch.hpp"
+#include "small_divisor.hpp"
 
 namespace nibble::test {
 namespace {
+
+// The kernels divide small counts (an output's run and row in the reduction) by a multiply and
+// a shift: the same quotient and remainder as the division for every count and divisor it may
+// take, and for the largest ones the kernels give it.
+TEST(CudaSmallDivisor, AgreesWithDivisionForEverySmallCountAndDivisor) {
+  int wrong = 0;
+  for (int d = 1; d <= 256; ++d) {
+    const cuda::device::SmallDivisor by(d);
+    for (int n = 0; n < 256; ++n) wrong += by.quot(n) != n / d || by.rem(n) != n % d;
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(cuda::device::SmallDivisor(16).quot(127), 7);  // R · rows - 1 at 8 runs of 16 rows
+  EXPECT_EQ(cuda::device::SmallDivisor(3).rem(127), 1);
+}
 
 // The small-M split rule (host code, no GPU needed) on a 132-SM device: the splits H200 sweeps
 // measured fastest for one tile of rows (docs/cuda.md, "Choosing the split"), and for every

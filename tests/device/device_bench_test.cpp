@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -55,46 +56,75 @@ TEST(DeviceBench, TimesTheDeviceAgainstItsCopyBandwidthAndItsOwnDenseKernel) {
         << "the MoE bench does not run on a device: " << out.at("targets_skipped").dump();
 }
 
+// One 128×128 case at M = 1 (W4A16, one thread, --burst 8) on the mock device with the mock's
+// environment variable `env` set to `value` for the run only (also when the bench throws); the
+// run's JSON. `dense`: with the backend's dense baseline.
+nlohmann::json mock_case_with(const char* env, const char* value, bool dense) {
+  const fs::path json = fs::temp_directory_path() / "nibble_device_bench_case_test.json";
+  fs::remove(json);
+  struct Setting {
+    const char* name;
+    Setting(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+    ~Setting() { unsetenv(name); }
+  };
+  std::vector<std::string> args = {"--plugin-dir",  NIBBLE_MOCKDEV_DIR,
+                                   "--backend",     "mockdev",
+                                   "--shapes",      "128x128",
+                                   "--m",           "1",
+                                   "--threads",     "1",
+                                   "--rounds",      "3",
+                                   "--min-seconds", "0",
+                                   "--cold-mib",    "1",
+                                   "--burst",       "8",
+                                   "--modes",       "w4a16",
+                                   "--baseline",    "none",
+                                   "--no-warm",     "--json",
+                                   json.string()};
+  if (!dense) args.push_back("--no-onednn");
+  int rc = -1;
+  {
+    const Setting setting(env, value);
+    rc = nibble::test::bench(args);
+  }
+  EXPECT_EQ(rc, 0);
+  if (rc != 0) return {};
+  nlohmann::json out = nibble::test::read_json(json);
+  fs::remove(json);
+  return out;
+}
+
 // A sample's calls are queued back to back and waited for once, after the last: with every wait
 // taking 20 ms, 8 calls per sample cost 2.5 ms each (plus their own few microseconds), where a
 // wait after each call would cost 20 ms each. Both the backend's kernel and its dense baseline.
 TEST(DeviceBench, WaitsForTheDeviceOncePerSampleNotOncePerCall) {
-  const fs::path json = fs::temp_directory_path() / "nibble_device_bench_wait_test.json";
-  fs::remove(json);
   constexpr double kWait = 0.020;
-  struct SlowWaits {  // set for this test only, also when the bench throws
-    SlowWaits() { setenv("NIBBLE_MOCKDEV_SYNC_US", "20000", 1); }
-    ~SlowWaits() { unsetenv("NIBBLE_MOCKDEV_SYNC_US"); }
-  };
-  int rc = -1;
-  {
-    const SlowWaits slow;
-    rc = nibble::test::bench({"--plugin-dir",  NIBBLE_MOCKDEV_DIR,
-                              "--backend",     "mockdev",
-                              "--shapes",      "128x128",
-                              "--m",           "1",
-                              "--threads",     "1",
-                              "--rounds",      "3",
-                              "--min-seconds", "0",
-                              "--cold-mib",    "1",
-                              "--burst",       "8",
-                              "--modes",       "w4a16",
-                              "--baseline",    "none",
-                              "--no-warm",     "--json",
-                              json.string()});
-  }
-  ASSERT_EQ(rc, 0);
-  const nlohmann::json out = nibble::test::read_json(json);
-  fs::remove(json);
-  ASSERT_EQ(out.at("cases").size(), 1u);
+  const nlohmann::json out = mock_case_with("NIBBLE_MOCKDEV_SYNC_US", "20000", true);
+  ASSERT_EQ(out.value("cases", nlohmann::json::array()).size(), 1u);
   const auto& c = out.at("cases")[0];
-  // The first call's own time (queueing it) sizes the samples, not its 20 ms wait: all 8 calls.
-  EXPECT_EQ(c.at("calls_per_sample"), 8);
+  // The first call's own time (queueing it) sizes the samples, not its 20 ms wait, which would
+  // leave 2 calls of the 8.
+  EXPECT_GT(c.at("calls_per_sample").get<int>(), 2);
   for (const char* key : {"seconds", "dense_bf16_seconds"}) {
     const double per_call = c.at(key).at("median").get<double>();
     EXPECT_GE(per_call, kWait / 8) << key << ": the sample must include its wait";
     EXPECT_LT(per_call, kWait / 2) << key << ": waited for after every call";
   }
+}
+
+// A call of 20 ms or more: --burst 8 of them would take over the 50 ms a sample may, so its
+// samples run at most 2 calls (one where the host is slow), and the time per call divides by the
+// calls the sample ran (dividing by 8 would read under 20 ms).
+TEST(DeviceBench, ACallLongerThanASampleGetsFewerCallsPerSample) {
+  constexpr double kForward = 0.020;
+  const nlohmann::json out = mock_case_with("NIBBLE_MOCKDEV_FORWARD_US", "20000", false);
+  ASSERT_EQ(out.value("cases", nlohmann::json::array()).size(), 1u);
+  EXPECT_EQ(out.at("calls_per_sample"), 8);  // the run's: --burst
+  const auto& c = out.at("cases")[0];
+  const int calls = c.at("calls_per_sample").get<int>();
+  EXPECT_GE(calls, 1);
+  EXPECT_LE(calls, 2);
+  EXPECT_GE(c.at("seconds").at("median").get<double>(), kForward)
+      << "the sample's time divided by more calls than it ran";
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "element_access.cuh"
 #include "launch.hpp"
 #include "mma.cuh"
+#include "small_divisor.hpp"
 
 namespace nibble::cuda::device {
 
@@ -214,19 +215,9 @@ __device__ __forceinline__ void split32(int n, int parts, int i, int& begin, int
   end = int(unsigned(n) * unsigned(i + 1) / unsigned(parts));
 }
 
-// Division of small counts by a divisor fixed for the kernel: a multiply and a shift where the
-// division is a sequence of about 20 instructions. Exact for 0 <= n < 256 and 1 <= d <= 256
-// (checked for every pair): the quotient's error is below n / 2^16, less than the 1 / d that
-// separates its fraction from the next integer.
-struct SmallDivisor {
-  uint32_t d, m;
-  __device__ explicit SmallDivisor(int divisor)
-      : d(uint32_t(divisor)), m((65536u + uint32_t(divisor) - 1) / uint32_t(divisor)) {}
-  __device__ __forceinline__ int quot(int n) const { return int((uint32_t(n) * m) >> 16); }
-  __device__ __forceinline__ int rem(int n) const { return n - quot(n) * int(d); }
-};
-
-/// This block's cluster along x and its rank in it, for clusters laid along x (1: the block).
+/// This block's cluster and its rank in it, for a launch whose clusters are `cluster` blocks laid
+/// along x (1: no cluster): blockIdx.x / cluster and % cluster, read from the cluster's own
+/// registers instead of divided.
 __device__ __forceinline__ void cluster_place(int cluster, int& index, int& rank) {
   if (cluster == 1) {
     index = int(blockIdx.x), rank = 0;

@@ -440,8 +440,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // Reduce: the KP warps of each run, then the cluster's blocks through distributed shared
   // memory, each rank finishing a share of the outputs, summed over the ranks in rank order.
   __syncthreads();
-  const int outputs = R * rows * 64;                        // rows past `rows` are never stored
-  const device::SmallDivisor by_rows(rows > 0 ? rows : 1);  // (e >> 6) < R · rows <= 128
+  const int outputs = R * rows * 64;         // rows past `rows` are never stored
+  const device::SmallDivisor by_rows(rows);  // rows >= 1; (e >> 6) < R · rows <= 128
   const bool swiglu = a.epilogue == Epilogue::swiglu;
   // Output e (run r, row, column col) with its sum v and, for swiglu, the sum of its up column.
   auto finish = [&](int e, float v, float up) {

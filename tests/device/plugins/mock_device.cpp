@@ -9,8 +9,9 @@
 // NIBBLE_MOCKDEV_THREADS plays a device runtime's threads for the kit's thread checks: "runtime"
 // starts one thread at the first probe of the process that lives until exit (as CUDA's driver
 // does); "leak" starts one per load at its first allocation and never joins it (a plugin bug).
-// NIBBLE_MOCKDEV_SYNC_US makes every synchronize take that long, as waiting for queued work does
-// (the bench tests use it to see how often the bench waits).
+// NIBBLE_MOCKDEV_SYNC_US makes every synchronize take that long, as waiting for queued work does,
+// and NIBBLE_MOCKDEV_FORWARD_US every forward (the bench tests use them to see how often the bench
+// waits and how many calls a sample of a long call runs).
 #include <nibble/sdk/env.hpp>
 #include <nibble/sdk/portable_kernels.hpp>
 #include <nibble/sdk/weights.hpp>
@@ -217,6 +218,8 @@ class DevicePrepared : public sdk::Prepared {
         }
     }
     count_on(e.stream, &nibble::test::MockStream::forwards);
+    if (const char* us = std::getenv("NIBBLE_MOCKDEV_FORWARD_US"))
+      std::this_thread::sleep_for(std::chrono::microseconds(std::atoi(us)));
     inner_->forward(a, e);
   }
 
