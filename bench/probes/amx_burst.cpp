@@ -9,7 +9,8 @@
 // core-wide one. Reported per variant and gap: the median over rounds of the median and of the
 // slowest thread's burst, in µs, and against the same burst run back to back.
 // Usage: nibble_probe_amx_burst [threads] [rounds]
-// Standalone on purpose: each probe is one experiment in one file.
+// Standalone on purpose: each probe is one experiment in one file (the tile configuration comes
+// from full_tiles.hpp).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,11 +25,7 @@
 #include <thread>
 #include <vector>
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+#include "full_tiles.hpp"
 
 struct alignas(64) Operands {
   uint8_t a[16 * 64];
@@ -41,12 +38,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int kProducts = 512;
 
 static void amx_burst(Operands& m) {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+  configure_full_tiles();
   _tile_zero(0);
   _tile_zero(1);
   for (int i = 0; i < kProducts / 2; ++i) {

@@ -7,7 +7,8 @@
 // a register-only peak taken right after. Timing only: the data are arbitrary.
 // Usage: nibble_probe_tile_loop_structures [threads] [rounds] [name filter]
 // Standalone on purpose: each probe is one experiment in one file, so it repeats what it needs
-// of the kernels, of amx_peak.cpp and of the other probes rather than sharing code with them.
+// of the kernels, of amx_peak.cpp and of the other probes rather than sharing code with them (but
+// for the tile configuration, full_tiles.hpp).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,20 +26,7 @@
 #include <thread>
 #include <vector>
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static void tile_config(int rows) {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  (void)rows;
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
-}
+#include "full_tiles.hpp"
 
 static void* amalloc(size_t b) {
   void* p = std::aligned_alloc(4096, (b + 4095) / 4096 * 4096);
@@ -96,7 +84,7 @@ static inline void unpack_s8_half(const uint8_t* src, __m512i zpat, uint8_t* dst
 // ---------- peak ----------
 static double peak(bool bf16, long iters) {
   alignas(64) static thread_local uint8_t buf[1024 * 4];
-  tile_config(16);
+  configure_full_tiles();
   _tile_loadd(4, buf, 64);
   _tile_loadd(5, buf + 1024, 64);
   _tile_loadd(6, buf, 64);
@@ -126,7 +114,7 @@ static double peak(bool bf16, long iters) {
 // ---------- bare: tile loads + TDPs, A from a region of `abytes` (L1 or L2), B from L1 ----------
 template <int ORDER, bool PF>
 static double bare(const Data& d, size_t abytes, long steps) {
-  tile_config(16);
+  configure_full_tiles();
   alignas(64) static thread_local uint8_t b[2048];
   const char* a = (const char*)d.a_blk;
   size_t off = 0;
@@ -166,7 +154,7 @@ static double bare(const Data& d, size_t abytes, long steps) {
 // Flags: EPI (epilogue), STORE (tile stores), BLK (blocked A), GG (groups per epilogue pass)
 template <bool EPI, bool STORE, bool BLK, int GG, int ORD = 1, bool PF = false>
 static double a16(const Data& d, int p0, int p1, int super) {
-  tile_config(16);
+  configure_full_tiles();
   alignas(64) static thread_local uint8_t bmem[GG][4 * 2 * 1024];
   alignas(64) static thread_local float cbuf[2][GG][32 * 32];
   float* out = d.out;
@@ -284,7 +272,7 @@ static double a16(const Data& d, int p0, int p1, int super) {
 // ---------- W4A8 variants (int8 tiles, K=64 per tile, block 128 = 2 steps) ----------
 template <bool EPI, bool STORE, bool BLK, int GG>
 static double a8(const Data& d, int p0, int p1, int super) {
-  tile_config(16);
+  configure_full_tiles();
   alignas(64) static thread_local uint8_t bmem[GG][2 * 2 * 1024];
   alignas(64) static thread_local int32_t cbuf[2][GG][32 * 32];
   float* out = d.out;
@@ -375,7 +363,7 @@ static double a8(const Data& d, int p0, int p1, int super) {
 // ----------
 template <bool BF16, bool BLK>
 static double il(const Data& d, int p0, int p1, int super) {
-  tile_config(16);
+  configure_full_tiles();
   constexpr int STEPS = BF16 ? 4 : 2;  // k-steps per group of 128
   constexpr int ROWS = 32 / STEPS;     // epilogue rows per step
   alignas(64) static thread_local uint8_t bmem[4 * 2 * 1024];

@@ -4,7 +4,8 @@
 // random operands, back to back in every round.
 // Usage: nibble_probe_tile_operand_data [threads] [rounds]
 // Standalone on purpose: each probe is one experiment in one file, so it repeats what it needs
-// of the kernels, of amx_peak.cpp and of the other probes rather than sharing code with them.
+// of the kernels, of amx_peak.cpp and of the other probes rather than sharing code with them (but
+// for the tile configuration, full_tiles.hpp).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -18,20 +19,12 @@
 #include <string>
 #include <thread>
 #include <vector>
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+
+#include "full_tiles.hpp"
 alignas(64) static uint8_t ops[2][2][4][1024];  // [random?][set][tile]
 template <bool Bf16, bool Loaded>
 static double loop(int rnd, long iters) {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+  configure_full_tiles();
   _tile_loadd(4, ops[rnd][0][0], 64);
   _tile_loadd(5, ops[rnd][0][1], 64);
   _tile_loadd(6, ops[rnd][0][2], 64);

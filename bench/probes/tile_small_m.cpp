@@ -15,7 +15,8 @@
 // in the same round. Timing only: the data are arbitrary.
 // Usage: nibble_probe_tile_small_m [threads] [rounds]
 // Standalone on purpose: each probe is one experiment in one file, so it repeats what it needs
-// of the kernels and of the other probes rather than sharing code with them.
+// of the kernels and of the other probes rather than sharing code with them (but for the
+// tile configuration, full_tiles.hpp).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -31,19 +32,7 @@
 #include <thread>
 #include <vector>
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static void tile_config() {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
-}
+#include "full_tiles.hpp"
 
 constexpr int kGroups = 32;  // K = 4096 in groups of 128
 constexpr int kPairs = 4;    // panel pairs per pass
@@ -223,7 +212,7 @@ static double run(Variant v, int threads, int passes) {
       syscall(SYS_arch_prctl, 0x1023, 18);
       Buffers* m = static_cast<Buffers*>(std::aligned_alloc(64, sizeof(Buffers)));
       std::memset(m, 0x11, sizeof(Buffers));
-      tile_config();
+      configure_full_tiles();
       v(*m);  // warm L1 and the tile unit
       ready++;
       while (ready < threads) {

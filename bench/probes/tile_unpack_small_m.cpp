@@ -17,7 +17,8 @@
 // Reported per variant: ns per tile product per thread, the mean and the slowest thread.
 // Usage: nibble_probe_tile_unpack_small_m [pairs] [threads,threads,...] [rounds] [cold]
 // Standalone on purpose: each probe is one experiment in one file, so it repeats what it needs
-// of the kernels and of the other probes rather than sharing code with them.
+// of the kernels and of the other probes rather than sharing code with them (but for the
+// tile configuration, full_tiles.hpp).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,19 +35,7 @@
 #include <thread>
 #include <vector>
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static void tile_config() {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
-}
+#include "full_tiles.hpp"
 
 constexpr int kK = 4096, kKTiles = kK / 32, kChunkTiles = 4, kChunks = kKTiles / kChunkTiles;
 constexpr int64_t kAStride = kK * 2 + 64;
@@ -129,7 +118,7 @@ struct ThreadData {
 // G: pairs taking turns per chunk (1 = the kernel's pair-by-pair order).
 template <int Tiles, bool Unpack, bool AFromL1, int G>
 static double hot_walk(ThreadData& t, int reps) {
-  tile_config();
+  configure_full_tiles();
   constexpr int NP = Tiles == 2 ? 4 : 2;
   const int groups_of_panels = t.pairs * 2 / NP;
   struct Unit {
@@ -202,7 +191,7 @@ static double hot_walk(ThreadData& t, int reps) {
 // rep0 + r of the thread's area, prefetching D0 bytes ahead into L1 and D1 into L2 (0: none).
 template <int D0, int D1>
 static double cold_walk(ThreadData& t, int reps, int rep0) {
-  tile_config();
+  configure_full_tiles();
   float sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int rep = 0; rep < reps; ++rep) {
