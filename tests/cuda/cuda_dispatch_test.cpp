@@ -84,8 +84,9 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     }
   EXPECT_EQ(chosen(4096, 14336, 16).tile_rows, 16);  // 224 runs: the 16-row tile
   EXPECT_EQ(chosen(4096, 1024, 16).tile_rows, 16);   // 16 runs: too few blocks
-  // The weight ring: two batches for decode tiles whose warps stream at least 16 slabs, at one
-  // block per SM for every M, at two only for one row; none for 16-row tiles.
+  // The weight ring for decode tiles whose warps stream at least 16 slabs: at one block per SM
+  // for every M, three batches from 48 slabs a warp and two below; at two blocks per SM two up to
+  // 4 rows; none for 16-row tiles.
   auto ring = [&](int64_t K, int64_t N, int64_t M) {
     cuda::GemmArgs a;
     a.w.K = K;
@@ -94,11 +95,12 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     return cuda::choose_weight_ring(a, chosen(K, N, M));
   };
   for (int64_t M : {1, 4, 8}) {
-    EXPECT_EQ(ring(14336, 4096, M), 2) << M;  // one block per SM
-    EXPECT_EQ(ring(4096, 4096, M), 2) << M;   // 16 slabs per warp
-    EXPECT_EQ(ring(2048, 2048, M), 0) << M;   // 8 slabs per warp
-    EXPECT_EQ(ring(4096, 14336, M), M == 1 ? 2 : 0) << M;
+    EXPECT_EQ(ring(14336, 4096, M), 3) << M;               // one block per SM, 56 slabs per warp
+    EXPECT_EQ(ring(4096, 4096, M), 2) << M;                // 16 slabs per warp
+    EXPECT_EQ(ring(2048, 2048, M), 0) << M;                // 8 slabs per warp
+    EXPECT_EQ(ring(4096, 14336, M), M <= 4 ? 2 : 0) << M;  // two blocks per SM
   }
+  EXPECT_EQ(ring(4096, 14336, 2), 2);
   EXPECT_EQ(ring(14336, 4096, 16), 0);
   // MoE work items of 16 rows: four adjacent runs per block and the smallest cluster that leaves
   // a warp at most 64 slabs (8 warps, 2 per run).

@@ -62,7 +62,14 @@ __device__ __forceinline__ int sum_index(int warp, int row, int col) {
   return (warp * kRows + row) * kSumLd + col;
 }
 
-template <class A, int BITS, int kMinBlocks, bool kWeightsA>
+// Where a warp's weight batches wait between their loads and their MMAs: two register buffers,
+// the shared-memory ring, or either, as ring_batches says at run time. Decode tiles (weights as A)
+// compile one of the two, so an instantiation holds only the loop it runs (less code, fewer
+// registers: faster at M = 1-8, docs/cuda.md); 16-row tiles compiled that way were slower, so
+// they keep both.
+enum class Batches { registers, ring, either };
+
+template <class A, int BITS, int kMinBlocks, bool kWeightsA, Batches kBatches>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     marlin_stream_kernel(const GemmArgs a, int runs_per_block, int cluster, int window_slabs,
                          int staged_rows, int ring_batches) {
@@ -83,6 +90,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // The push reduction below writes into other blocks' shared memory before any cluster-wide
   // sync: this arrival, waited for just before it, makes sure every block has started.
   const bool push_reduction = kWeightsA && cluster > 1;
+  const bool use_ring = kBatches == Batches::either ? ring_batches > 0 : kBatches == Batches::ring;
   if (push_reduction) device::cluster_arrive();
   int expert = 0;
   int64_t row0 = 0;
@@ -195,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     int s0, s1;
     warp_slabs(block_begin, s0, s1);
     if (run_valid && s0 < s1) {
-      if (ring_batches > 0)
+      if (use_ring)
         ring_prologue(s0, s1);
       else
         fetch(buf0, s0, s1);
@@ -398,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     };
 
-    if (ring_batches > 0) {
+    if (use_ring) {
       if (ws != block_begin) ring_prologue(s0, s1);  // the first window's is already in flight
       int slot = 0;
       for (int sb = s0; sb < s1; sb += kBatch) {
@@ -522,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (cluster > 1) cl.sync();  // no block leaves while another reads its shared memory
 }
 
-template <class A, int BITS, int kMinBlocks, bool kWeightsA>
+template <class A, int BITS, int kMinBlocks, bool kWeightsA, Batches kBatches>
 cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
   constexpr int P = kPlanes<A>;
   constexpr int kTile = kWeightsA ? 8 : kRows;
@@ -539,9 +547,10 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
   if (fit < 1) return cudaErrorInvalidValue;  // a ring too deep for the staged rows
   const int window = int(std::min(block_slabs, fit));
   const size_t smem = size_t(kSumBytes) + size_t(k_bytes * (int64_t(window) * 16 + 8) + ring_bytes);
-  auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA>;
+  auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA, kBatches>;
   cudaError_t e =
-      device::allow_shared_memory<marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA>>(smem);
+      device::allow_shared_memory<marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA, kBatches>>(
+          smem);
   if (e != cudaSuccess) return e;
   const int64_t runs = a.w.N / 64;
   const int64_t strips = (runs + c.runs_per_block - 1) / c.runs_per_block;
@@ -571,13 +580,17 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
 
 // Two register budgets: 128 per thread (two blocks per SM, more loads in flight) or 255 (one
 // block, no spills).
+template <class A, int BITS, bool kWeightsA, Batches kBatches>
+cudaError_t launch_budget(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
+  return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1, kWeightsA, kBatches>(a, c, stream)
+                              : launch_occupancy<A, BITS, 2, kWeightsA, kBatches>(a, c, stream);
+}
+
 template <class A, int BITS>
 cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
-  if (c.tile_rows == 8)
-    return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1, true>(a, c, stream)
-                                : launch_occupancy<A, BITS, 2, true>(a, c, stream);
-  return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1, false>(a, c, stream)
-                              : launch_occupancy<A, BITS, 2, false>(a, c, stream);
+  if (c.tile_rows != 8) return launch_budget<A, BITS, false, Batches::either>(a, c, stream);
+  return c.weight_ring > 0 ? launch_budget<A, BITS, true, Batches::ring>(a, c, stream)
+                           : launch_budget<A, BITS, true, Batches::registers>(a, c, stream);
 }
 
 }  // namespace

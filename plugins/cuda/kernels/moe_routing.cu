@@ -3,6 +3,7 @@
 // and the combine that sums each token's weighted expert outputs in slot order.
 #include "element_access.cuh"
 #include "launch.hpp"
+#include "mma.cuh"
 
 namespace nibble::cuda {
 
@@ -19,6 +20,10 @@ __device__ __forceinline__ int64_t id_at(const void* ids, bool int64, int64_t ld
 __global__ void __launch_bounds__(kRouteThreads) route_kernel(const RouteArgs a) {
   __shared__ int32_t count[kMaxRoutedExperts];
   __shared__ int32_t cursor[kMaxRoutedExperts];
+  // The gate/up kernel is launched while this one runs and waits for the items where it needs
+  // them; the ids may be the previous kernel's output.
+  device::allow_next_kernel();
+  device::wait_for_previous_kernel();
   const int64_t pairs = a.M * a.top_k;
   for (int e = threadIdx.x; e < a.num_experts; e += kRouteThreads) count[e] = 0;
   __syncthreads();
@@ -46,6 +51,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const RouteArgs a)
 }
 
 __global__ void combine_kernel(const CombineArgs a) {
+  device::wait_for_previous_kernel();  // launched while the down projection runs
   for (int64_t m = blockIdx.y; m < a.M; m += gridDim.y)
     for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < a.K;
          k += int64_t(gridDim.x) * blockDim.x) {
@@ -60,22 +66,37 @@ __global__ void combine_kernel(const CombineArgs a) {
     }
 }
 
+// Launched with programmatic stream serialization: the kernel may start while the previous one on
+// the stream finishes (its launch latency hidden) and waits for it before it reads its input.
+template <class Args>
+cudaError_t launch_overlapping(void (*kernel)(Args), dim3 grid, dim3 block, cudaStream_t stream,
+                               const Args& a) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, a);
+}
+
 }  // namespace
 
 cudaError_t launch_route(const RouteArgs& a, cudaStream_t stream) {
   if (a.num_experts < 1 || a.num_experts > kMaxRoutedExperts || a.top_k < 1 || a.item_rows < 1 ||
       a.item_rows > 16)
     return cudaErrorInvalidValue;
-  route_kernel<<<1, kRouteThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_overlapping(route_kernel, dim3(1), dim3(kRouteThreads), stream, a);
 }
 
 cudaError_t launch_combine(const CombineArgs& a, cudaStream_t stream) {
   if (a.M == 0 || a.K == 0) return cudaSuccess;
   const int64_t x = (a.K + 255) / 256;
   const dim3 grid(unsigned(x < 32 ? x : 32), unsigned(a.M < 65535 ? a.M : 65535));
-  combine_kernel<<<grid, 256, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_overlapping(combine_kernel, grid, dim3(256), stream, a);
 }
 
 }  // namespace nibble::cuda

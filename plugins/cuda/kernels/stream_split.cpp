@@ -132,17 +132,24 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
 }
 
 // Decode tiles of a layer (not MoE items, not timed with a ring) whose warps each stream at
-// least 16 slabs take a ring of two batches where that measured faster on the H200: always on
-// the 255-register budget (one block per SM: 14336×4096 M = 1 15.2 against 18.1 µs in registers,
-// 4096×4096 7.2 against 7.6), on the 128-register one only at M = 1 (28672×8192 41.7 against
-// 44.3, 4096×14336 14.2 against 14.5; at M = 4 and 8 it was 2-40 % slower). Deeper rings were
-// slower at every split swept (docs/cuda.md, "A ring of weight batches and the decode split").
+// least 16 slabs take a ring of batches where that measured faster. On the H200 a ring of two:
+// always on the 255-register budget (one block per SM: 14336×4096 M = 1 15.2 against 18.1 µs in
+// registers, 4096×4096 7.2 against 7.6), on the 128-register one only at M = 1 (28672×8192 41.7
+// against 44.3, 4096×14336 14.2 against 14.5; at M = 4 and 8 it was 2-40 % slower); deeper rings
+// were slower at every split swept. Since each decode instantiation compiles only its own loop
+// (no spills at 128 registers), an H100 sweep: three batches where a warp streams 48 slabs or
+// more at one block per SM (14336×4096, 56 slabs a warp, M = 1 / 4 / 8: 15.3 / 17.4 / 20.1 µs
+// against 16.2 / 18.2 / 20.9 with two; 4096×4096, 16 a warp, 7.5 against 7.3), and a ring of two
+// at two blocks per SM up to M = 4 (4096×14336 M = 4 16.2 against 16.7 µs in registers; at M = 8
+// still slower, 24.2 against 18.7). docs/cuda.md, "A ring of weight batches and the decode split"
+// and "One loop per decode instantiation".
 int choose_weight_ring(const GemmArgs& a, const StreamConfig& c) {
   if (a.items || c.tile_rows != 8) return 0;
   const int64_t block_slabs = (a.w.K / 16 + c.cluster - 1) / c.cluster;
   const int64_t warp_slabs = block_slabs * c.runs_per_block / kWarps;
   if (warp_slabs < 16) return 0;
-  return c.blocks_per_sm == 1 || a.M == 1 ? 2 : 0;
+  if (c.blocks_per_sm == 1) return warp_slabs >= 48 ? 3 : 2;
+  return a.M <= 4 ? 2 : 0;
 }
 
 }  // namespace nibble::cuda
