@@ -85,16 +85,38 @@ FixedChunk to_fixed_portable(const float* in, int64_t n, int8_t* hi, int8_t* lo)
   return {fixed_point_step(shift), sum};
 }
 
+void stage_slot_range(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& rk, int64_t m,
+                      int64_t s0, int64_t s1, float* slots);
+
 // Row m of x in the weight's slot order as fp32 (`slots`, Kp values, zero in padding slots);
-// `row` is K values of scratch.
+// `row` is K values of scratch, used only where the slots take their channels one by one.
 void stage_slots(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& rk, int64_t m,
                  float* row, float* slots) {
+  if (w.slot_source.empty()) {
+    stage_slot_range(x, w, rk, m, 0, w.Kp, slots);
+    return;
+  }
   std::memset(slots, 0, size_t(w.Kp) * sizeof(float));
   rk.widen(x.row<char>(m), x.dtype, w.K, row);
   for (const auto& run : w.runs)
     std::memcpy(slots + run.dst, row + run.src, size_t(run.len) * sizeof(float));
   for (size_t j = 0; j < w.slot_source.size(); ++j)
     if (w.slot_source[j] >= 0) slots[j] = row[size_t(w.slot_source[j])];
+}
+
+// Slots [s0, s1) of row m, each run's share widened straight into place (no staging row and no
+// copy: a call's preparation is on every thread's path). Runs only, not slot_source.
+void stage_slot_range(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& rk, int64_t m,
+                      int64_t s0, int64_t s1, float* slots) {
+  std::memset(slots + s0, 0, size_t(s1 - s0) * sizeof(float));
+  const char* src = x.row<char>(m);
+  const size_t bytes = size_t(x.dtype.bits / 8);
+  for (const auto& run : w.runs) {
+    const int64_t lo = std::max<int64_t>(s0, run.dst),
+                  hi = std::min<int64_t>(s1, run.dst + run.len);
+    if (lo < hi)
+      rk.widen(src + size_t(run.src + lo - run.dst) * bytes, x.dtype, hi - lo, slots + lo);
+  }
 }
 
 }  // namespace
@@ -228,9 +250,47 @@ A16FixedActivations a16_fixed_view(const PackedLinear& w, int64_t M, void* works
   return a;
 }
 
+int64_t a16_fixed_fill_pieces(const PackedLinear& w) {
+  if (!w.slot_source.empty()) return 1;
+  return std::max<int64_t>(1, int64_t(w.a8_chunks.size()) / 2);
+}
+
 void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedActivations& a,
-                    int64_t m0, int64_t m1, IsaLevel level) {
-  a16_fixed_fill_rows(x, nullptr, x.rows, w, a, m0, m1, level);
+                    int64_t m0, int64_t m1, IsaLevel level, int64_t piece, int64_t pieces) {
+  if (pieces <= 1 || !w.slot_source.empty()) {
+    a16_fixed_fill_rows(x, nullptr, x.rows, w, a, m0, m1, level);
+    return;
+  }
+  const RowKernels rk = row_kernels(level);
+  thread_local std::vector<float> slots;  // kept: a warm forward allocates nothing
+  if (slots.size() < size_t(w.Kp)) slots.resize(size_t(w.Kp));
+  const int64_t chunks = int64_t(w.a8_chunks.size());
+  const int64_t c0 = chunks * piece / pieces, c1 = chunks * (piece + 1) / pieces;
+  auto* q = const_cast<int8_t*>(a.q);
+  auto* steps = const_cast<float*>(a.step);
+  auto* sums = const_cast<int32_t*>(a.sum);
+  for (int64_t m = m0; m < std::min(m1, x.rows); ++m) {
+    int8_t* hi = q + size_t(2 * m) * size_t(a.stride);
+    int8_t* lo = hi + a.stride;
+    if (c0 < c1) {
+      const int64_t s0 = int64_t(w.a8_chunks[size_t(c0)].tile0) * kTileK;
+      const Chunk& last = w.a8_chunks[size_t(c1 - 1)];
+      const int64_t s1 = (int64_t(last.tile0) + last.ntiles) * kTileK;
+      stage_slot_range(x, w, rk, m, s0, s1, slots.data());
+      for (int64_t c = c0; c < c1; ++c) {
+        const Chunk& ch = w.a8_chunks[size_t(c)];
+        const size_t at = size_t(ch.tile0) * kTileK;
+        const FixedChunk f =
+            rk.to_fixed(slots.data() + at, int64_t(ch.ntiles) * kTileK, hi + at, lo + at);
+        steps[size_t(m) * size_t(a.chunks) + size_t(c)] = f.step;
+        sums[size_t(m) * size_t(a.chunks) + size_t(c)] = f.sum;
+      }
+    }
+    if (piece == pieces - 1) {
+      std::memset(hi + w.Kp, 0, size_t(a.stride - w.Kp));
+      std::memset(lo + w.Kp, 0, size_t(a.stride - w.Kp));
+    }
+  }
 }
 
 void a16_fixed_fill_rows(const sdk::Matrix& x, const int64_t* source, int64_t n,

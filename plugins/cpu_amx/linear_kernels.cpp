@@ -134,21 +134,27 @@ void wait_until(const std::atomic<int64_t>& counter, int64_t value) {
 // runs the units of every part's slice. A block is claimed on its owner's cache line and the
 // parts count their blocks done once each: with one shared counter for both, every block cost
 // two read-modify-writes on the line all the other threads were polling.
+// prepare(r0, r1, piece, pieces) fills rows [r0, r1), or with pieces > 1 that share of one row:
+// where the parts outnumber the rows (decode), a row whose preparation can be cut
+// (max_pieces > 1) is cut into up to max_pieces pieces, so that the threads waiting for it
+// share it.
 template <class Prepare, class Compute>
 void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, int threads,
-                int64_t row_align, int64_t unit_rows, const Prepare& prepare,
+                int64_t row_align, int64_t unit_rows, int64_t max_pieces, const Prepare& prepare,
                 const Compute& compute) {
   const int64_t row_work = (M + 15) / 16;
   const int64_t by_bytes = std::max<int64_t>(1, weight_bytes * row_work / kMinPartBytes);
   const Split s = split_work(M, panels, int(std::min<int64_t>(threads, by_bytes)), row_align);
   const int parts = int(s.m_parts * s.n_parts);
   if (parts == 1) {
-    prepare(int64_t(0), rows);
+    prepare(int64_t(0), rows, int64_t(0), int64_t(1));
     compute(slice_of(s, M, panels, row_align, 0));
     return;
   }
   const int64_t fill_rows = fill_block_rows(rows, parts);
-  const int64_t fill_blocks = (rows + fill_rows - 1) / fill_rows;
+  const int64_t pieces =
+      fill_rows == 1 ? std::clamp<int64_t>(parts / std::max<int64_t>(1, rows), 1, max_pieces) : 1;
+  const int64_t fill_blocks = (rows + fill_rows - 1) / fill_rows * pieces;
   struct alignas(64) Counter {
     std::atomic<int64_t> n{0};
   };
@@ -169,7 +175,8 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
       } done{fill_done.n};
       fills.drain(part % fills.owners(), [&](int64_t b) {
         ++done.n;
-        prepare(fill_rows * b, std::min(rows, fill_rows * (b + 1)));
+        const int64_t r = b / pieces;
+        prepare(fill_rows * r, std::min(rows, fill_rows * (r + 1)), b % pieces, pieces);
       });
     }
     wait_until(fill_done.n, fill_blocks);
@@ -263,32 +270,38 @@ class LinearPrepared final : public sdk::Prepared {
     const int64_t bytes = int64_t(w_->bytes());
     OutputView y{args.y.data, args.y.stride, args.y.dtype, w_->N};
     const bool large = level_ == IsaLevel::amx && M > small_m_;
-    // The tile kernels read whole 32-row blocks (zero padding rows); the streaming ones row M - 1
-    // at most.
-    const int64_t rows = large ? padded_rows(M) : M;
+    // The tile kernels read whole 32-row blocks (zero padding rows) where a slice has more than 16
+    // rows, one tile of the slice's rows up to 16; the streaming ones row M - 1 at most.
+    const int64_t rows = large && M > 16 ? padded_rows(M) : M;
     const int64_t row_align = large ? kRowPad : 4;
     const int64_t unit_rows = large ? unit_rows_ : 0;
     if (mode_ == Mode::a16 && fixed_point(M)) {
       const A16Call call = fixed_point_call(w_.get(), a16_fixed_view(*w_, M, exec.workspace), y, M);
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
       run_linear(
-          M, M, w_->panels, bytes, threads, row_align, 0,
-          [&](int64_t a, int64_t b) { a16_fixed_fill(args.x, *w_, call.fixed, a, b, level_); },
+          M, M, w_->panels, bytes, threads, row_align, 0, a16_fixed_fill_pieces(*w_),
+          [&](int64_t a, int64_t b, int64_t piece, int64_t pieces) {
+            a16_fixed_fill(args.x, *w_, call.fixed, a, b, level_, piece, pieces);
+          },
           [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
     } else if (mode_ == Mode::a16) {
       A16Call call{w_.get(), a16_view(*w_, M, exec.workspace), y, M};
       call.dequantize_b = M >= dequant_m_;
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
       run_linear(
-          M, rows, w_->panels, bytes, threads, row_align, unit_rows,
-          [&](int64_t a, int64_t b) { a16_fill(args.x, *w_, call.x, a, b, level_); },
+          M, rows, w_->panels, bytes, threads, row_align, unit_rows, 1,
+          [&](int64_t a, int64_t b, int64_t, int64_t) {
+            a16_fill(args.x, *w_, call.x, a, b, level_);
+          },
           [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
     } else {
       A8Call call{w_.get(), a8_view(*w_, M, exec.workspace), y, M};
       A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
       run_linear(
-          M, rows, w_->panels, bytes, threads, row_align, unit_rows,
-          [&](int64_t a, int64_t b) { a8_fill(args.x, *w_, call.x, a, b, level_); },
+          M, rows, w_->panels, bytes, threads, row_align, unit_rows, 1,
+          [&](int64_t a, int64_t b, int64_t, int64_t) {
+            a8_fill(args.x, *w_, call.x, a, b, level_);
+          },
           [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
     }
   }

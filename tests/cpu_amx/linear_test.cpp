@@ -112,6 +112,46 @@ TEST_P(CpuAmxLinear, ThreadCountDoesNotChangeResults) {
   }
 }
 
+// At decode the threads that would wait for a row's preparation share it (fixed-point
+// activations, the AMX level, chunk by chunk), and up to 16 rows fill no padding rows: from 1 to 8
+// threads (up to 8 parts, so a row in up to 8 pieces) the results are the same bytes, within the
+// kernel's bound of float64, and nothing is written past column N.
+TEST_P(CpuAmxLinear, DecodeRowsGiveTheSameBytesAtEveryThreadCount) {
+  const auto [param, mode] = GetParam();
+  IsaSetting setting(param);
+  const std::string isa = param;
+  if (!setting.available()) GTEST_SKIP() << isa << " is not available on this machine";
+  const nibble_kernel* k = cpu_amx().kernel(mode == NIBBLE_MODE_W4A16 ? "linear_a16" : "linear_a8");
+  struct Case {
+    int64_t K, N;
+    int group;
+    bool act_order;
+  };
+  // 16 chunks of 128; per-channel scales over a ragged K; act-order with groups of 64.
+  const Case cases[] = {{2048, 256, 128, false}, {1000, 528, -1, false}, {1536, 320, 64, true}};
+  uint32_t seed = 61;
+  for (const Case& c : cases) {
+    QuantSpec spec{c.K, c.N, 4, c.group, false, c.act_order, true, false, sdk::dtype_f16(), ++seed};
+    CanonicalWeight w = random_weight(spec);
+    auto layer = prepare_linear(k, desc_for(w, mode), w);
+    for (int64_t M : {1, 2, 3, 8, 12, 16}) {
+      Activations x = random_activations(M, c.K, sdk::dtype_bf16(), ++seed);
+      const LinearResult one = run_linear(*layer, x, c.N, 1);
+      ASSERT_EQ(one.status, NIBBLE_OK) << one.message;
+      EXPECT_EQ(one.non_finite, 0u);
+      EXPECT_LE(relative_error(one.values, reference_linear(w, x.values, M)), bound_for(k, x.dtype))
+          << isa << " K=" << c.K << " M=" << M;
+      for (int threads : {2, 3, 5, 8}) {
+        const LinearResult r = run_linear(*layer, x, c.N, threads);
+        ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+        EXPECT_TRUE(r.padding_untouched);
+        EXPECT_EQ(r.bytes, one.bytes)
+            << isa << " K=" << c.K << " M=" << M << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
 // The tile kernels' units of work, cut along rows (NIBBLE_CPU_AMX_UNIT_ROWS, read at prepare) or
 // along panel pairs (0), their row superblocks (600 int8 rows of K = 2112 are two) and the
 // dequantized W4A16 GEMM's groups of pairs (19 panels) change which thread computes what, never
