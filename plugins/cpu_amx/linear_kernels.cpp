@@ -270,8 +270,8 @@ class LinearPrepared final : public sdk::Prepared {
     const int64_t bytes = int64_t(w_->bytes());
     OutputView y{args.y.data, args.y.stride, args.y.dtype, w_->N};
     const bool large = level_ == IsaLevel::amx && M > small_m_;
-    // The tile kernels read whole 32-row blocks (zero padding rows) where a slice has more than 16
-    // rows, one tile of the slice's rows up to 16; the streaming ones row M - 1 at most.
+    // The tile kernels read whole 32-row blocks (zero padding rows) above 16 rows, one tile of
+    // the slice's rows (all of M) up to 16; the streaming ones row M - 1 at most.
     const int64_t rows = large && M > 16 ? padded_rows(M) : M;
     const int64_t row_align = large ? kRowPad : 4;
     const int64_t unit_rows = large ? unit_rows_ : 0;

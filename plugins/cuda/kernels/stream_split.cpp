@@ -139,10 +139,10 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
 // were slower at every split swept. Since each decode instantiation compiles only its own loop
 // (no spills at 128 registers), an H100 sweep: three batches where a warp streams 48 slabs or
 // more at one block per SM (14336×4096, 56 slabs a warp, M = 1 / 4 / 8: 15.3 / 17.4 / 20.1 µs
-// against 16.2 / 18.2 / 20.9 with two; 4096×4096, 16 a warp, 7.5 against 7.3), and a ring of two
-// at two blocks per SM up to M = 4 (4096×14336 M = 4 16.2 against 16.7 µs in registers; at M = 8
-// still slower, 24.2 against 18.7). docs/cuda.md, "A ring of weight batches and the decode split"
-// and "One loop per decode instantiation".
+// against 16.2 / 18.2 / 20.9 with two; 4096×4096, 16 a warp, keeps two: 7.3 against 7.5 with
+// three), and a ring of two at two blocks per SM up to M = 4 (4096×14336 M = 4 16.2 against 16.7 µs
+// in registers; at M = 8 still slower, 24.2 against 18.7). docs/cuda.md, "A ring of weight batches
+// and the decode split" and "One loop per decode instantiation".
 int choose_weight_ring(const GemmArgs& a, const StreamConfig& c) {
   if (a.items || c.tile_rows != 8) return 0;
   const int64_t block_slabs = (a.w.K / 16 + c.cluster - 1) / c.cluster;
