@@ -258,7 +258,8 @@ int64_t a16_fixed_fill_pieces(const PackedLinear& w) {
 void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedActivations& a,
                     int64_t m0, int64_t m1, IsaLevel level, int64_t piece, int64_t pieces) {
   if (pieces <= 1 || !w.slot_source.empty()) {
-    a16_fixed_fill_rows(x, nullptr, x.rows, w, a, m0, m1, level);
+    // A row whose slots take their channels one by one is staged whole: piece 0 fills it.
+    if (piece == 0) a16_fixed_fill_rows(x, nullptr, x.rows, w, a, m0, m1, level);
     return;
   }
   const RowKernels rk = row_kernels(level);

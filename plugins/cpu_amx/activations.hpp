@@ -51,7 +51,8 @@ size_t a16_fixed_workspace_bytes(const PackedLinear& w, int64_t M);
 A16FixedActivations a16_fixed_view(const PackedLinear& w, int64_t M, void* workspace);
 /// Rows [m0, m1) of x as fixed point, chunk by chunk of the weight's a8 chunks; with pieces > 1,
 /// only piece `piece` of each row's chunks (equal shares in chunk order), the last piece also the
-/// row's padding, so that a decode row can be prepared by several threads at once.
+/// row's padding, so that a decode row can be prepared by several threads at once (an act-order
+/// weight's row, staged whole, only by piece 0).
 void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedActivations& a,
                     int64_t m0, int64_t m1, IsaLevel level, int64_t piece = 0, int64_t pieces = 1);
 /// The most pieces a16_fixed_fill may cut a row into: two chunks or more each, and one where
