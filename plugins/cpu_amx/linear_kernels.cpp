@@ -158,7 +158,10 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
   struct alignas(64) Counter {
     std::atomic<int64_t> n{0};
   };
-  Counter fill_done;
+  // The parts add the blocks they filled to `filled`; the one that completes the count sets
+  // `ready`, the line every waiting thread polls. With the pollers on the counter itself, each
+  // part's addition had to take the line from all of them.
+  Counter filled, ready;
   // Fewer blocks than parts (decode): the first parts own one each, the caller's part first.
   ItemQueues fills(int(std::min<int64_t>(parts, fill_blocks)), fill_blocks);
   ItemQueues units(parts, parts * kUnitsPerPart);
@@ -168,18 +171,21 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
       // by an exception, or the other threads would wait forever; the pool rethrows it.
       struct Done {
         std::atomic<int64_t>& total;
+        std::atomic<int64_t>& ready;
+        const int64_t all;
         int64_t n = 0;
         ~Done() {
-          if (n > 0) total.fetch_add(n, std::memory_order_release);
+          if (n > 0 && total.fetch_add(n, std::memory_order_acq_rel) + n == all)
+            ready.store(1, std::memory_order_release);
         }
-      } done{fill_done.n};
+      } done{filled.n, ready.n, fill_blocks};
       fills.drain(part % fills.owners(), [&](int64_t b) {
         ++done.n;
         const int64_t r = b / pieces;
         prepare(fill_rows * r, std::min(rows, fill_rows * (r + 1)), b % pieces, pieces);
       });
     }
-    wait_until(fill_done.n, fill_blocks);
+    wait_until(ready.n, 1);
     units.drain(part, [&](int64_t u) {
       const Slice slice = sub_slice(slice_of(s, M, panels, row_align, u / kUnitsPerPart), panels,
                                     u % kUnitsPerPart, unit_rows, row_align);

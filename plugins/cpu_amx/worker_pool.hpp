@@ -65,7 +65,7 @@ class WorkerPool {
 
  private:
   using Call = void (*)(const void*, int);
-  // One call's job, on the caller's stack; workers see it through their slot.
+  // One call's job, on the caller's stack; a worker reads it only after taking its part.
   struct Job {
     Call call = nullptr;
     const void* fn = nullptr;
@@ -73,22 +73,41 @@ class WorkerPool {
     std::exception_ptr error;
     std::mutex error_mutex;
   };
-  // One worker's mailbox on its own cache line: the caller stores `job`, then bumps `seq`; the
-  // worker spins on `seq`, and once its spin time is up it sets `parked` and sleeps on `seq`.
+  // The call every spinning worker polls, on one cache line: the caller stores `job`, then
+  // `word`, the call's number and its part count in one value, so spinning workers all see it at
+  // about the same time and a worker reads whether it is one of the call's parts together with
+  // the call (64 bits, so that a call's number never comes round again). With a mailbox per
+  // worker, written one after another, the 15th worker of 16 threads started 1.3 µs after the
+  // first (docs/cpu_amx.md, Threads).
+  struct alignas(64) Broadcast {
+    std::atomic<uint64_t> word{0};
+    std::atomic<Job*> job{nullptr};
+    std::atomic<bool> stop{false};
+  };
+  static constexpr int kPartBits = 16;
+  static constexpr uint64_t kPartMask = (uint64_t(1) << kPartBits) - 1;
+  // One worker's own line. `taken`: the word of the last call it took, or that the caller
+  // revoked for it (whoever exchanges the call's word in first decides). A worker whose spin time
+  // is up sets `parked` and sleeps on `wake`, so a call wakes only its own parts.
   struct alignas(64) Slot {
-    std::atomic<uint32_t> seq{0};
+    std::atomic<uint64_t> taken{0};
+    std::atomic<uint32_t> wake{0};
     std::atomic<int> parked{0};
-    std::atomic<Job*> job{nullptr};  // taken by the worker (exchange) or revoked by the caller
-    bool stop = false;
   };
 
   WorkerPool();
   void run_erased(int parts, Call call, const void* fn);
   void grow(int workers);
-  void worker_main(Slot* slot, int part);
+  // Store a call's word and wake those of its first `workers` workers that are parked; the
+  // caller holds busy_.
+  void publish(uint64_t word, int workers);
+  // The word of the next call, with `parts` parts.
+  uint64_t next_word(int parts) const;
+  void worker_main(Slot* slot, int part, uint64_t seen);
   static void run_part(Job& job, int part);
 
-  mutable std::mutex busy_;                   // held by the one call in flight (and by grow/stop)
+  mutable std::mutex busy_;  // held by the one call in flight (and by grow/stop)
+  Broadcast call_;
   std::vector<std::unique_ptr<Slot>> slots_;  // slot i serves part i + 1
   std::vector<std::thread> threads_;
   std::atomic<int64_t> spin_ns_;

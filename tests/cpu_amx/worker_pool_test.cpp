@@ -34,6 +34,39 @@ TEST(WorkerPool, ManyBackToBackCallsLoseNothing) {
   EXPECT_EQ(sum.load(), 3000 * (16 * 17 / 2));
 }
 
+// Every worker polls one published call; a worker that is not one of a call's parts, or comes too
+// late (also after the next call has started), must stay out of it, and a call returns only once
+// every part that started has ended, also when the calls alternate in size and the workers park
+// between them (a spin of 0).
+TEST(WorkerPool, EachCallRunsEachOfItsPartsAtMostOnceAndNoOther) {
+  WorkerPool& pool = WorkerPool::instance();
+  const int64_t spin = pool.spin_microseconds();
+  // Outside the calls, so that a part running late cannot touch a finished call's stack.
+  std::vector<std::atomic<int>> ran(16);
+  std::atomic<int> running{0};
+  for (int64_t us : {int64_t(100), int64_t(0)}) {
+    pool.set_spin_microseconds(us);
+    for (int call = 0; call < 2000; ++call) {
+      const int parts = call % 3 == 0 ? 16 : 2 + call % 5;
+      for (auto& r : ran) r.store(0);
+      std::atomic<int> items{0};
+      ItemQueues queues(parts, 4 * parts);
+      pool.run(parts, [&](int part) {
+        running.fetch_add(1);
+        ran[size_t(part)].fetch_add(1);
+        queues.drain(part, [&](int64_t) { items.fetch_add(1); });
+        running.fetch_sub(1);
+      });
+      ASSERT_EQ(running.load(), 0) << "a part of call " << call << " outlived it";
+      ASSERT_EQ(items.load(), 4 * parts) << "call " << call;
+      ASSERT_EQ(ran[0].load(), 1) << "call " << call;
+      for (int p = 1; p < 16; ++p)
+        ASSERT_LE(ran[size_t(p)].load(), p < parts ? 1 : 0) << "call " << call << ", part " << p;
+    }
+  }
+  pool.set_spin_microseconds(spin);
+}
+
 TEST(WorkerPool, ParkedWorkersWakeForTheNextCall) {
   WorkerPool& pool = WorkerPool::instance();
   const int64_t spin = pool.spin_microseconds();
