@@ -143,7 +143,7 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     a.items = reinterpret_cast<const int4*>(&a);
     a.max_items = 2;
     a.item_rows = 8;
-    EXPECT_EQ(cuda::choose_weight_ring(a, c), 0) << K << "x" << N;  // MoE items: registers
+    EXPECT_EQ(cuda::choose_weight_ring(a, c), 2) << K << "x" << N;  // 128 and 56 slabs a warp
   }
   EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the fallback
   // M = 4 down projection (up to 9 items, more than one wave): four runs per block over a

@@ -131,7 +131,7 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   return c;
 }
 
-// Decode tiles of a layer (not MoE items, not timed with a ring) whose warps each stream at
+// Decode tiles of a layer whose warps each stream at
 // least 16 slabs take a ring of batches where that measured faster. On the H200 a ring of two:
 // always on the 255-register budget (one block per SM: 14336×4096 M = 1 15.2 against 18.1 µs in
 // registers, 4096×4096 7.2 against 7.6), on the 128-register one only at M = 1 (28672×8192 41.7
@@ -143,11 +143,18 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
 // three), and a ring of two at two blocks per SM up to M = 4 (4096×14336 M = 4 16.2 against 16.7 µs
 // in registers; at M = 8 still slower, 24.2 against 18.7). docs/cuda.md, "A ring of weight batches
 // and the decode split" and "One loop per decode instantiation".
+// Decode MoE items (experts of 8 rows) take a ring of two under the same 16-slab floor: H100,
+// Mixtral-like (gate/up 128 slabs a warp, down 56), four pairs alternating with registers in two
+// starts, M = 1 97.3-98.1 against 99.3-99.9 µs, M = 4 216.2-216.5 against 221.7-222.5, M = 16
+// (16-row tiles) unchanged; a ring of three was slower (111.1 and 247.9), and the layer rule
+// above (two only at M <= 4 on two blocks per SM) gained at M = 1 alone (docs/cuda.md, "Rings for
+// MoE items").
 int choose_weight_ring(const GemmArgs& a, const StreamConfig& c) {
-  if (a.items || c.tile_rows != 8) return 0;
+  if (c.tile_rows != 8) return 0;
   const int64_t block_slabs = (a.w.K / 16 + c.cluster - 1) / c.cluster;
   const int64_t warp_slabs = block_slabs * c.runs_per_block / kWarps;
   if (warp_slabs < 16) return 0;
+  if (a.items) return 2;
   if (c.blocks_per_sm == 1) return warp_slabs >= 48 ? 3 : 2;
   return a.M <= 4 ? 2 : 0;
 }
