@@ -77,8 +77,8 @@ class WorkerPool {
   // `word`, the call's number and its part count in one value, so spinning workers all see it at
   // about the same time and a worker reads whether it is one of the call's parts together with
   // the call (64 bits, so that a call's number never comes round again). With a mailbox per
-  // worker, written one after another, the 15th worker of 16 threads started 1.3 µs after the
-  // first (docs/cpu_amx.md, Threads).
+  // worker, written one after another, the 15th worker of 16 threads started 1.8 µs into a
+  // call (docs/cpu_amx.md, Threads).
   struct alignas(64) Broadcast {
     std::atomic<uint64_t> word{0};
     std::atomic<Job*> job{nullptr};

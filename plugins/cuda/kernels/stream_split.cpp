@@ -144,9 +144,9 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
 // in registers; at M = 8 still slower, 24.2 against 18.7). docs/cuda.md, "A ring of weight batches
 // and the decode split" and "One loop per decode instantiation".
 // Decode MoE items (experts of 8 rows) take a ring of two under the same 16-slab floor: H100,
-// Mixtral-like (gate/up 128 slabs a warp, down 56), four pairs alternating with registers in two
-// starts, M = 1 97.3-98.1 against 99.3-99.9 µs, M = 4 216.2-216.5 against 221.7-222.5, M = 16
-// (16-row tiles) unchanged; a ring of three was slower (111.1 and 247.9), and the layer rule
+// Mixtral-like (at M = 1 gate/up 128 slabs a warp, down 56), four pairs alternating with registers
+// in two starts, M = 1 97.3-98.1 against 99.3-99.9 µs, M = 4 215.7-216.5 against 221.7-222.5,
+// M = 16 (16-row tiles) unchanged; a ring of three was slower (111.1 and 247.9), and the layer rule
 // above (two only at M <= 4 on two blocks per SM) gained at M = 1 alone (docs/cuda.md, "Rings for
 // MoE items").
 int choose_weight_ring(const GemmArgs& a, const StreamConfig& c) {
