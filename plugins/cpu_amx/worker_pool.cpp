@@ -85,14 +85,21 @@ void WorkerPool::worker_main(Slot* slot, int part, uint64_t seen) {
 
 void WorkerPool::grow(int workers) {
   while (int(threads_.size()) < workers) {
-    slots_.push_back(std::make_unique<Slot>());
-    Slot* slot = slots_.back().get();
+    // Slot i serves part i + 1: a slot is appended only once its thread runs, and the appends
+    // cannot throw after that (room reserved first), so a failed thread creation leaves the
+    // slots and threads in step and the call fails before it is published.
+    slots_.reserve(slots_.size() + 1);
+    threads_.reserve(threads_.size() + 1);
+    auto slot = std::make_unique<Slot>();
     const int part = int(threads_.size()) + 1;
     // The word before this call's: the new worker takes this call too.
     const uint64_t seen = call_.word.load(std::memory_order_relaxed);
     slot->taken.store(seen, std::memory_order_relaxed);
-    threads_.emplace_back([this, slot, part, seen] { worker_main(slot, part, seen); });
-    pthread_setname_np(threads_.back().native_handle(), "nibble-cpu-amx");
+    Slot* s = slot.get();
+    std::thread worker([this, s, part, seen] { worker_main(s, part, seen); });
+    pthread_setname_np(worker.native_handle(), "nibble-cpu-amx");
+    slots_.push_back(std::move(slot));
+    threads_.push_back(std::move(worker));
   }
 }
 
