@@ -144,6 +144,13 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     a.max_items = 2;
     a.item_rows = 8;
     EXPECT_EQ(cuda::choose_weight_ring(a, c), 2) << K << "x" << N;  // 128 and 56 slabs a warp
+    cuda::StreamConfig rows16 = c;  // items of 9-16 rows: 16-row tiles, which take no ring
+    rows16.tile_rows = 16;
+    EXPECT_EQ(cuda::choose_weight_ring(a, rows16), 0) << K << "x" << N;
+    cuda::StreamConfig short_warps = c;  // 4 and 14 slabs a warp: registers
+    short_warps.cluster = 8;
+    short_warps.runs_per_block = 1;
+    EXPECT_EQ(cuda::choose_weight_ring(a, short_warps), 0) << K << "x" << N;
   }
   EXPECT_EQ(decode_items(16, 64, 1).cluster, 1);  // too small for one wave: the fallback
   // M = 4 down projection (up to 9 items, more than one wave): four runs per block over a

@@ -131,8 +131,8 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
   return c;
 }
 
-// Decode tiles of a layer whose warps each stream at
-// least 16 slabs take a ring of batches where that measured faster. On the H200 a ring of two:
+// Decode tiles of a layer whose warps each stream at least 16 slabs take a ring of batches where
+// that measured faster. On the H200 a ring of two:
 // always on the 255-register budget (one block per SM: 14336×4096 M = 1 15.2 against 18.1 µs in
 // registers, 4096×4096 7.2 against 7.6), on the 128-register one only at M = 1 (28672×8192 41.7
 // against 44.3, 4096×14336 14.2 against 14.5; at M = 4 and 8 it was 2-40 % slower); deeper rings
