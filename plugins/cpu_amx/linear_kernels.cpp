@@ -121,12 +121,38 @@ Slice sub_slice(const Slice& s, int64_t panels, int64_t sub, int64_t unit_rows, 
   return out;
 }
 
+// A streaming call's part with its own rows (run_linear_private) is cut into up to this many
+// units of one panel pair or more (stream_unit). Each part starts on its weights when its own
+// preparation ends, not with the others, and 4 units of two pairs or more left a tail where a
+// few parts still streamed their last unit while the rest waited: at 16 threads 8 units were
+// up to 11 % faster than 4 (0.99–1.11×) over M = 1 to 4 on four shapes, 16 units 4–7 % slower on
+// 2048×2048 (docs/cpu_amx.md, Threads).
+constexpr int64_t kStreamUnitsPerPart = 8;
+
+// Unit `sub` of a streaming slice: an equal share of its panel pairs, at least one pair.
+Slice stream_unit(const Slice& s, int64_t panels, int64_t sub) {
+  Slice out = s;
+  const int64_t pairs = (s.p1 - s.p0 + 1) / 2;
+  const int64_t units = std::clamp<int64_t>(pairs, 1, kStreamUnitsPerPart);
+  if (sub >= units) return Slice{};
+  out.p0 = std::min(s.p1, s.p0 + 2 * (pairs * sub / units));
+  out.p1 = std::min({s.p1, panels, s.p0 + 2 * (pairs * (sub + 1) / units)});
+  return out;
+}
+
 void wait_until(const std::atomic<int64_t>& counter, int64_t value) {
   for (unsigned n = 0; counter.load(std::memory_order_acquire) < value; ++n)
     if (n < (1u << 14))
       _mm_pause();
     else
       std::this_thread::yield();
+}
+
+// The split of a call: as many parts as the threads, but none of under kMinPartBytes of weight.
+Split split_call(int64_t M, int64_t panels, int64_t weight_bytes, int threads, int64_t row_align) {
+  const int64_t row_work = (M + 15) / 16;
+  const int64_t by_bytes = std::max<int64_t>(1, weight_bytes * row_work / kMinPartBytes);
+  return split_work(M, panels, int(std::min<int64_t>(threads, by_bytes)), row_align);
 }
 
 // One call of a linear layer on the pool: prepare(r0, r1) fills activation rows [r0, r1) in
@@ -142,9 +168,7 @@ template <class Prepare, class Compute>
 void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, int threads,
                 int64_t row_align, int64_t unit_rows, int64_t max_pieces, const Prepare& prepare,
                 const Compute& compute) {
-  const int64_t row_work = (M + 15) / 16;
-  const int64_t by_bytes = std::max<int64_t>(1, weight_bytes * row_work / kMinPartBytes);
-  const Split s = split_work(M, panels, int(std::min<int64_t>(threads, by_bytes)), row_align);
+  const Split s = split_call(M, panels, weight_bytes, threads, row_align);
   const int parts = int(s.m_parts * s.n_parts);
   if (parts == 1) {
     prepare(int64_t(0), rows, int64_t(0), int64_t(1));
@@ -192,6 +216,45 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
       if (!slice.empty()) compute(slice);
     });
   });
+}
+
+// This thread's buffer for a call's activations, at least `bytes`, 64-byte aligned; kept, so a
+// warm forward allocates nothing.
+void* part_scratch(size_t bytes) {
+  thread_local AlignedArray<uint8_t> buffer;
+  if (buffer.size() < bytes) buffer = AlignedArray<uint8_t>(bytes, false);
+  return buffer.data();
+}
+
+// One call with few rows, each part preparing all the rows itself: call_of(scratch) lays a call's
+// activations out in `scratch` bytes, fill(call) prepares them, compute(call, slice) runs a unit
+// (stream units, or the tile kernels' units where `tiles`). Prepared once and shared (run_linear),
+// every part waited for the slowest piece and for the lines the pieces wrote to travel between the
+// cores: a 2048×2048 decode call at 16 threads saw them ready 4.5–5.2 µs in, where preparing the
+// whole row itself took a part 3.7–4.0 µs, and each part starts on its weights as soon as its own
+// is done (docs/cpu_amx.md, Threads). A part's activations stay in its own cache.
+template <class CallOf, class Fill, class Compute>
+void run_linear_private(int64_t M, int64_t panels, int64_t weight_bytes, int threads,
+                        int64_t row_align, bool tiles, size_t scratch, const CallOf& call_of,
+                        const Fill& fill, const Compute& compute) {
+  const Split s = split_call(M, panels, weight_bytes, threads, row_align);
+  const int parts = int(s.m_parts * s.n_parts);
+  const int64_t per_part = tiles ? kUnitsPerPart : kStreamUnitsPerPart;
+  ItemQueues units(parts, parts * per_part);
+  auto run_part = [&](int part) {
+    const auto call = call_of(part_scratch(scratch));
+    fill(call);
+    units.drain(part, [&](int64_t u) {
+      const Slice slice = slice_of(s, M, panels, row_align, u / per_part);
+      const Slice unit = tiles ? sub_slice(slice, panels, u % per_part, 0, row_align)
+                               : stream_unit(slice, panels, u % per_part);
+      if (!unit.empty()) compute(call, unit);
+    });
+  };
+  if (parts == 1)
+    run_part(0);
+  else
+    WorkerPool::instance().run(parts, run_part);
 }
 
 }  // namespace
@@ -246,6 +309,20 @@ bool fixed_point_streaming() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1;
 }
 
+// Rows × padded K of the activations up to which each part of a streaming call prepares all the
+// rows itself (run_linear_private) instead of a share of them. NIBBLE_CPU_AMX_PRIVATE_FILL (read
+// at prepare; 0 shares them always) overrides it for benchmarks and tests.
+int64_t private_fill_elements() {
+  return sdk::env_integer("NIBBLE_CPU_AMX_PRIVATE_FILL", 0, int64_t(1) << 40).value_or(8192);
+}
+
+// The same for W4A16's bf16 rows on the tile kernels, up to 16 rows.
+// NIBBLE_CPU_AMX_PRIVATE_TILE_FILL (read at prepare; 0 shares them always) overrides it for
+// benchmarks and tests.
+int64_t private_tile_fill_elements() {
+  return sdk::env_integer("NIBBLE_CPU_AMX_PRIVATE_TILE_FILL", 0, int64_t(1) << 40).value_or(65536);
+}
+
 namespace {
 
 class LinearPrepared final : public sdk::Prepared {
@@ -258,7 +335,9 @@ class LinearPrepared final : public sdk::Prepared {
         dequant_m_(dequant_row_threshold()),
         unit_rows_(unit_row_minimum()),
         fixed_m_(mode == Mode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0),
-        fixed_stream_(fixed_point_streaming()) {
+        fixed_stream_(fixed_point_streaming()),
+        private_fill_(private_fill_elements()),
+        private_tile_fill_(private_tile_fill_elements()) {
     small_m_ = streaming_row_limit(mode == Mode::a16, fixed_m_, fixed_stream_);
   }
 
@@ -281,7 +360,42 @@ class LinearPrepared final : public sdk::Prepared {
     const int64_t rows = large && M > 16 ? padded_rows(M) : M;
     const int64_t row_align = large ? kRowPad : 4;
     const int64_t unit_rows = large ? unit_rows_ : 0;
-    if (mode_ == Mode::a16 && fixed_point(M)) {
+    // Few rows: each part prepares them itself (run_linear_private), on the tile kernels only
+    // where that is a copy (W4A16's bf16 rows): the fixed-point and int8 rows, several
+    // operations a value, were slower prepared by every part (docs/cpu_amx.md, Threads).
+    const bool bf16_tiles = large && mode_ == Mode::a16 && !fixed_point(M);
+    const int64_t own_budget = !large ? private_fill_ : bf16_tiles ? private_tile_fill_ : 0;
+    const bool own_rows = M <= 16 && M * w_->Kp <= own_budget;
+    if (mode_ == Mode::a16 && fixed_point(M) && own_rows) {
+      A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
+      run_linear_private(
+          M, w_->panels, bytes, threads, row_align, large, a16_fixed_workspace_bytes(*w_, M),
+          [&](void* scratch) {
+            return fixed_point_call(w_.get(), a16_fixed_view(*w_, M, scratch), y, M);
+          },
+          [&](const A16Call& c) { a16_fixed_fill(args.x, *w_, c.fixed, 0, M, level_); },
+          [&](const A16Call& c, const Slice& s) { fn(c, s.m0, s.m1, s.p0, s.p1); });
+    } else if (mode_ == Mode::a16 && own_rows) {
+      A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
+      run_linear_private(
+          M, w_->panels, bytes, threads, row_align, large, a16_workspace_bytes(*w_, M),
+          [&](void* scratch) {
+            A16Call c{w_.get(), a16_view(*w_, M, scratch), y, M};
+            c.dequantize_b = M >= dequant_m_;
+            return c;
+          },
+          [&](const A16Call& c) { a16_fill(args.x, *w_, c.x, 0, M, level_); },
+          [&](const A16Call& c, const Slice& s) { fn(c, s.m0, s.m1, s.p0, s.p1); });
+    } else if (mode_ == Mode::a8 && own_rows) {
+      A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
+      run_linear_private(
+          M, w_->panels, bytes, threads, row_align, large, a8_workspace_bytes(*w_, M),
+          [&](void* scratch) {
+            return A8Call{w_.get(), a8_view(*w_, M, scratch), y, M};
+          },
+          [&](const A8Call& c) { a8_fill(args.x, *w_, c.x, 0, M, level_); },
+          [&](const A8Call& c, const Slice& s) { fn(c, s.m0, s.m1, s.p0, s.p1); });
+    } else if (mode_ == Mode::a16 && fixed_point(M)) {
       const A16Call call = fixed_point_call(w_.get(), a16_fixed_view(*w_, M, exec.workspace), y, M);
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
       run_linear(
@@ -326,6 +440,8 @@ class LinearPrepared final : public sdk::Prepared {
   int64_t unit_rows_;
   int64_t fixed_m_;
   bool fixed_stream_;
+  int64_t private_fill_;
+  int64_t private_tile_fill_;
 };
 
 class LinearKernel final : public sdk::Kernel {

@@ -42,6 +42,13 @@ int64_t fixed_point_row_limit();
 /// the streaming limit at one row).
 bool fixed_point_streaming();
 
+/// Rows × padded K of the activations up to which each part of a call on the streaming kernels
+/// prepares all the rows itself, in a buffer of its thread, instead of a share of them that every
+/// part then waits for; 0 always shares them.
+int64_t private_fill_elements();
+/// The same for W4A16's bf16 rows on the tile kernels (up to 16 rows; AMX).
+int64_t private_tile_fill_elements();
+
 /// Stop the worker pool and join oneTBB's workers (used at prepare), the backend's shutdown; no
 /// call may be in flight.
 void release_threads();

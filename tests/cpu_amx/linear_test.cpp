@@ -112,9 +112,12 @@ TEST_P(CpuAmxLinear, ThreadCountDoesNotChangeResults) {
   }
 }
 
-// At decode the threads that would wait for a row's preparation share it (fixed-point
-// activations, the AMX level, chunk by chunk), and up to 16 rows fill no padding rows: from 1 to 8
-// threads (up to 8 parts, so a row in up to 8 pieces) the results are the same bytes, within the
+// At decode the rows are prepared either by every part for itself, in a buffer of its own thread
+// (rows × K up to NIBBLE_CPU_AMX_PRIVATE_FILL, and NIBBLE_CPU_AMX_PRIVATE_TILE_FILL for W4A16's
+// bf16 rows on the tiles, read at prepare), or once and shared, where the threads that would
+// wait for a row share its preparation (fixed-point activations, the AMX level, chunk by chunk);
+// up to 16 rows fill no padding rows. From 1 to 8 threads (up to 8
+// parts, so a row in up to 8 pieces), both ways, the results are the same bytes, within the
 // kernel's bound of float64, and nothing is written past column N.
 TEST_P(CpuAmxLinear, DecodeRowsGiveTheSameBytesAtEveryThreadCount) {
   const auto [param, mode] = GetParam();
@@ -133,21 +136,32 @@ TEST_P(CpuAmxLinear, DecodeRowsGiveTheSameBytesAtEveryThreadCount) {
   for (const Case& c : cases) {
     QuantSpec spec{c.K, c.N, 4, c.group, false, c.act_order, true, false, sdk::dtype_f16(), ++seed};
     CanonicalWeight w = random_weight(spec);
-    auto layer = prepare_linear(k, desc_for(w, mode), w);
+    auto prepared_with = [&](const char* private_fill) {
+      setenv("NIBBLE_CPU_AMX_PRIVATE_FILL", private_fill, 1);
+      setenv("NIBBLE_CPU_AMX_PRIVATE_TILE_FILL", private_fill, 1);
+      auto layer = prepare_linear(k, desc_for(w, mode), w);
+      unsetenv("NIBBLE_CPU_AMX_PRIVATE_FILL");
+      unsetenv("NIBBLE_CPU_AMX_PRIVATE_TILE_FILL");
+      return layer;
+    };
+    const auto shared = prepared_with("0");
+    const auto own = prepared_with("1000000");
     for (int64_t M : {1, 2, 3, 8, 12, 16}) {
       Activations x = random_activations(M, c.K, sdk::dtype_bf16(), ++seed);
-      const LinearResult one = run_linear(*layer, x, c.N, 1);
+      const LinearResult one = run_linear(*shared, x, c.N, 1);
       ASSERT_EQ(one.status, NIBBLE_OK) << one.message;
       EXPECT_EQ(one.non_finite, 0u);
       EXPECT_LE(relative_error(one.values, reference_linear(w, x.values, M)), bound_for(k, x.dtype))
           << isa << " K=" << c.K << " M=" << M;
-      for (int threads : {2, 3, 5, 8}) {
-        const LinearResult r = run_linear(*layer, x, c.N, threads);
-        ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
-        EXPECT_TRUE(r.padding_untouched);
-        EXPECT_EQ(r.bytes, one.bytes)
-            << isa << " K=" << c.K << " M=" << M << ", " << threads << " threads";
-      }
+      for (int threads : {1, 2, 3, 5, 8})
+        for (const auto* layer : {shared.get(), own.get()}) {
+          const LinearResult r = run_linear(*layer, x, c.N, threads);
+          ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+          EXPECT_TRUE(r.padding_untouched);
+          EXPECT_EQ(r.bytes, one.bytes)
+              << isa << " K=" << c.K << " M=" << M << ", " << threads << " threads, "
+              << (layer == own.get() ? "rows prepared by every part" : "rows shared");
+        }
     }
   }
 }
