@@ -239,6 +239,12 @@ void run_linear_private(int64_t M, int64_t panels, int64_t weight_bytes, int thr
                         const Fill& fill, const Compute& compute) {
   const Split s = split_call(M, panels, weight_bytes, threads, row_align);
   const int parts = int(s.m_parts * s.n_parts);
+  if (parts == 1) {  // a small layer: one kernel call, no units to share
+    const auto call = call_of(part_scratch(scratch));
+    fill(call);
+    compute(call, slice_of(s, M, panels, row_align, 0));
+    return;
+  }
   const int64_t per_part = tiles ? kUnitsPerPart : kStreamUnitsPerPart;
   ItemQueues units(parts, parts * per_part);
   auto run_part = [&](int part) {
@@ -251,10 +257,7 @@ void run_linear_private(int64_t M, int64_t panels, int64_t weight_bytes, int thr
       if (!unit.empty()) compute(call, unit);
     });
   };
-  if (parts == 1)
-    run_part(0);
-  else
-    WorkerPool::instance().run(parts, run_part);
+  WorkerPool::instance().run(parts, run_part);
 }
 
 }  // namespace
