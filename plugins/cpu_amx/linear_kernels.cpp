@@ -90,12 +90,13 @@ Slice slice_of(const Split& s, int64_t M, int64_t panels, int64_t row_align, int
   return out;
 }
 
-// Each part's slice is cut into at most this many units (sub_slice): a part first runs its own
-// units, then takes those of parts that are late (descheduled, or slowed by a neighbour).
+// A tile kernels' part is cut into at most this many units (sub_slice), a streaming part into
+// kStreamUnitsPerPart (stream_unit): a part first runs its own units, then takes those of parts
+// that are late (descheduled, or slowed by a neighbour).
 constexpr int64_t kUnitsPerPart = 4;
 
-// Unit `sub` of a slice. Along its panel pairs, each unit all of its rows and at least two pairs
-// (so the streaming kernels still read four panels at once); or along its rows, each unit all of
+// Unit `sub` of a tile kernels' slice. Along its panel pairs, each unit all of its rows and at
+// least two pairs; or along its rows, each unit all of
 // its pairs, where a part has at least 2·unit_rows rows (unit_rows > 0) and cutting its pairs
 // would leave units of fewer than kRowUnitPairs pairs: the tile kernels read a unit's
 // activations again for every few pairs, and at 16 threads units of two pairs each reread 1024
@@ -121,12 +122,13 @@ Slice sub_slice(const Slice& s, int64_t panels, int64_t sub, int64_t unit_rows, 
   return out;
 }
 
-// A streaming call's part with its own rows (run_linear_private) is cut into up to this many
-// units of one panel pair or more (stream_unit). Each part starts on its weights when its own
-// preparation ends, not with the others, and 4 units of two pairs or more left a tail where a
-// few parts still streamed their last unit while the rest waited: at 16 threads 8 units were
-// up to 11 % faster than 4 (0.99–1.11×) over M = 1 to 4 on four shapes, 16 units 4–7 % slower on
-// 2048×2048 (docs/cpu_amx.md, Threads).
+// A streaming call's part is cut into up to this many units of one panel pair or more
+// (stream_unit), which the kernels read two panels at a time where a unit has one pair. 4 units
+// of two pairs or more (so that they read four at a time) left a tail of parts still streaming
+// their last unit while the rest waited: at 16 threads 8 units were up to 11 % faster than 4
+// (0.99–1.11×) over M = 1 to 4 on four shapes where each part prepares its rows, and 1.05–1.10×
+// on 14336×4096 at M = 1–4 where the parts share them; 16 units were 4–7 % slower on 2048×2048
+// (docs/cpu_amx.md, Threads).
 constexpr int64_t kStreamUnitsPerPart = 8;
 
 // Unit `sub` of a streaming slice: an equal share of its panel pairs, at least one pair.
@@ -166,8 +168,8 @@ Split split_call(int64_t M, int64_t panels, int64_t weight_bytes, int threads, i
 // share it.
 template <class Prepare, class Compute>
 void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, int threads,
-                int64_t row_align, int64_t unit_rows, int64_t max_pieces, const Prepare& prepare,
-                const Compute& compute) {
+                int64_t row_align, bool tiles, int64_t unit_rows, int64_t max_pieces,
+                const Prepare& prepare, const Compute& compute) {
   const Split s = split_call(M, panels, weight_bytes, threads, row_align);
   const int parts = int(s.m_parts * s.n_parts);
   if (parts == 1) {
@@ -188,7 +190,8 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
   Counter filled, ready;
   // Fewer blocks than parts (decode): the first parts own one each, the caller's part first.
   ItemQueues fills(int(std::min<int64_t>(parts, fill_blocks)), fill_blocks);
-  ItemQueues units(parts, parts * kUnitsPerPart);
+  const int64_t per_part = tiles ? kUnitsPerPart : kStreamUnitsPerPart;
+  ItemQueues units(parts, parts * per_part);
   WorkerPool::instance().run(parts, [&](int part) {
     {
       // Blocks are counted done when claimed, and added when the part leaves this scope, even
@@ -211,8 +214,9 @@ void run_linear(int64_t M, int64_t rows, int64_t panels, int64_t weight_bytes, i
     }
     wait_until(ready.n, 1);
     units.drain(part, [&](int64_t u) {
-      const Slice slice = sub_slice(slice_of(s, M, panels, row_align, u / kUnitsPerPart), panels,
-                                    u % kUnitsPerPart, unit_rows, row_align);
+      const Slice whole = slice_of(s, M, panels, row_align, u / per_part);
+      const Slice slice = tiles ? sub_slice(whole, panels, u % per_part, unit_rows, row_align)
+                                : stream_unit(whole, panels, u % per_part);
       if (!slice.empty()) compute(slice);
     });
   });
@@ -364,7 +368,7 @@ class LinearPrepared final : public sdk::Prepared {
     const int64_t row_align = large ? kRowPad : 4;
     const int64_t unit_rows = large ? unit_rows_ : 0;
     // Few rows: each part prepares them itself (run_linear_private), on the tile kernels only
-    // where that is a copy (W4A16's bf16 rows): the fixed-point and int8 rows, several
+    // W4A16's bf16 rows (a copy, for bf16 inputs): the fixed-point and int8 rows, several
     // operations a value, were slower prepared by every part (docs/cpu_amx.md, Threads).
     const bool bf16_tiles = large && mode_ == Mode::a16 && !fixed_point(M);
     const int64_t own_budget = !large ? private_fill_ : bf16_tiles ? private_tile_fill_ : 0;
@@ -402,7 +406,7 @@ class LinearPrepared final : public sdk::Prepared {
       const A16Call call = fixed_point_call(w_.get(), a16_fixed_view(*w_, M, exec.workspace), y, M);
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
       run_linear(
-          M, M, w_->panels, bytes, threads, row_align, 0, a16_fixed_fill_pieces(*w_),
+          M, M, w_->panels, bytes, threads, row_align, large, 0, a16_fixed_fill_pieces(*w_),
           [&](int64_t a, int64_t b, int64_t piece, int64_t pieces) {
             a16_fixed_fill(args.x, *w_, call.fixed, a, b, level_, piece, pieces);
           },
@@ -412,7 +416,7 @@ class LinearPrepared final : public sdk::Prepared {
       call.dequantize_b = M >= dequant_m_;
       A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
       run_linear(
-          M, rows, w_->panels, bytes, threads, row_align, unit_rows, 1,
+          M, rows, w_->panels, bytes, threads, row_align, large, unit_rows, 1,
           [&](int64_t a, int64_t b, int64_t, int64_t) {
             a16_fill(args.x, *w_, call.x, a, b, level_);
           },
@@ -421,7 +425,7 @@ class LinearPrepared final : public sdk::Prepared {
       A8Call call{w_.get(), a8_view(*w_, M, exec.workspace), y, M};
       A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
       run_linear(
-          M, rows, w_->panels, bytes, threads, row_align, unit_rows, 1,
+          M, rows, w_->panels, bytes, threads, row_align, large, unit_rows, 1,
           [&](int64_t a, int64_t b, int64_t, int64_t) {
             a8_fill(args.x, *w_, call.x, a, b, level_);
           },

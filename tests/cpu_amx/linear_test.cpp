@@ -146,8 +146,12 @@ TEST_P(CpuAmxLinear, DecodeRowsGiveTheSameBytesAtEveryThreadCount) {
     };
     const auto shared = prepared_with("0");
     const auto own = prepared_with("1000000");
+    const DLDataType dtypes[] = {sdk::dtype_bf16(), sdk::dtype_f32(), sdk::dtype_f16()};
+    int turn = 0;
     for (int64_t M : {1, 2, 3, 8, 12, 16}) {
-      Activations x = random_activations(M, c.K, sdk::dtype_bf16(), ++seed);
+      // bf16 rows are copied where f32 and f16 ones are converted: each M takes one in turn.
+      const DLDataType dt = dtypes[turn++ % 3];
+      Activations x = random_activations(M, c.K, dt, ++seed);
       const LinearResult one = run_linear(*shared, x, c.N, 1);
       ASSERT_EQ(one.status, NIBBLE_OK) << one.message;
       EXPECT_EQ(one.non_finite, 0u);
