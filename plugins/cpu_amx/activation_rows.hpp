@@ -50,7 +50,18 @@ struct RowKernels {
   /// (v + 128) >> 8 to hi and v − 256·high to lo, both at the A8 slot positions. All zeros give
   /// step 1; a NaN or an infinite x gives zeros and a NaN step.
   FixedChunk (*to_fixed)(const float* in, int64_t n, int8_t* hi, int8_t* lo);
+  /// to_fixed of n slots (n a multiple of 16, at most kMaxFixedSlots) of which the first `valid`
+  /// are src's values (f32, f16 or bf16) and the rest zero: the bits of widening them into such
+  /// slots and calling to_fixed, without a staging pass over memory.
+  FixedChunk (*to_fixed_from)(const void* src, DLDataType dtype, int64_t valid, int64_t n,
+                              int8_t* hi, int8_t* lo);
+  /// Σ v of n int8 values (exact).
+  int32_t (*sum_i8)(const int8_t* v, int64_t n);
 };
+
+/// The most slots to_fixed_from converts at once: one chunk of min(group size, 128) inputs,
+/// padded to 32-slot tiles (docs/formats.md#w4a8-numerics).
+inline constexpr int64_t kMaxFixedSlots = 128;
 
 /// The row kernels for an ISA level (AVX-512 ones from the avx512 level up).
 RowKernels row_kernels(IsaLevel level);

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 namespace nibble::cpu_amx {
 namespace {
@@ -99,41 +100,100 @@ float quantize(const float* in, int64_t n, int8_t* out) {
   return nan ? std::numeric_limits<float>::quiet_NaN() : sa;
 }
 
-FixedChunk to_fixed(const float* in, int64_t n, int8_t* hi, int8_t* lo) {
+// A chunk with a NaN or an infinity (`bad`), or only zeros: zero bytes, step NaN or 1, sum 0.
+inline FixedChunk degenerate_chunk(bool bad, int64_t n, int8_t* hi, int8_t* lo) {
+  std::memset(hi, 0, size_t(n));
+  std::memset(lo, 0, size_t(n));
+  return {bad ? std::numeric_limits<float>::quiet_NaN() : 1.f, 0};
+}
+
+// 16 values v = round-half-even(x · 2^shift) (`scale` holds the shift), their high and low bytes
+// stored at the A8 slot positions; returns v.
+inline __m512i fixed_vector(__m512 x, __m512 scale, int8_t* hi, int8_t* lo) {
+  const __m128i order = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  const __m512i v = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(x, scale),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
+  const __m512i l = _mm512_sub_epi32(v, _mm512_slli_epi32(h, 8));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(hi),
+                   _mm_shuffle_epi8(_mm512_cvtepi32_epi8(h), order));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lo),
+                   _mm_shuffle_epi8(_mm512_cvtepi32_epi8(l), order));
+  return v;
+}
+
+// A chunk of `vecs` vectors of 16, load(i) giving vector i (each is loaded twice): the largest
+// magnitude, then the conversion, as to_fixed defines them.
+template <class Load>
+inline FixedChunk fixed_chunk(int64_t vecs, const Load& load, int8_t* hi, int8_t* lo) {
   __m512 amax = _mm512_setzero_ps();
   __mmask16 bad = 0;
   const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(in + i));
+  for (int64_t i = 0; i < vecs; ++i) {
+    const __m512 a = _mm512_abs_ps(load(i));
     amax = _mm512_max_ps(a, amax);
     bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);  // infinite or NaN
   }
   const float a = _mm512_reduce_max_ps(amax);
-  if (bad || a == 0.f) {
-    std::memset(hi, 0, size_t(n));
-    std::memset(lo, 0, size_t(n));
-    return {bad ? std::numeric_limits<float>::quiet_NaN() : 1.f, 0};
-  }
+  if (bad || a == 0.f) return degenerate_chunk(bad, 16 * vecs, hi, lo);
   const int shift = fixed_point_shift(a);
   const __m512 scale = _mm512_set1_ps(float(shift));
-  const __m128i order = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
   __m512i sum = _mm512_setzero_si512();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512i v = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(_mm512_loadu_ps(in + i), scale),
-                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
-    const __m512i l = _mm512_sub_epi32(v, _mm512_slli_epi32(h, 8));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(hi + i),
-                     _mm_shuffle_epi8(_mm512_cvtepi32_epi8(h), order));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + i),
-                     _mm_shuffle_epi8(_mm512_cvtepi32_epi8(l), order));
-    sum = _mm512_add_epi32(sum, v);
-  }
+  for (int64_t i = 0; i < vecs; ++i)
+    sum = _mm512_add_epi32(sum, fixed_vector(load(i), scale, hi + 16 * i, lo + 16 * i));
   return {fixed_point_step(shift), _mm512_reduce_add_epi32(sum)};
+}
+
+FixedChunk to_fixed(const float* in, int64_t n, int8_t* hi, int8_t* lo) {
+  return fixed_chunk(
+      n / 16, [in](int64_t i) { return _mm512_loadu_ps(in + 16 * i); }, hi, lo);
+}
+
+// Up to 16 values of an f32, f16 or bf16 row from element `at`, as widen makes them; lanes
+// outside `m` are zero and read nothing.
+inline __m512 widened(const void* src, DLDataType dtype, int64_t at, __mmask16 m) {
+  if (dtype.bits == 32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(src) + at);
+  const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(src) + at);
+  return dtype.code == kDLBfloat
+             ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+             : _mm512_cvtph_ps(h);
+}
+
+// to_fixed with the chunk widened once into registers: the same operations on the same values, so
+// the same bits, without writing the widened slots out and reading them twice.
+FixedChunk to_fixed_from(const void* src, DLDataType dtype, int64_t valid, int64_t n, int8_t* hi,
+                         int8_t* lo) {
+  if (n > kMaxFixedSlots || valid > n)
+    throw std::logic_error("cpu_amx: a fixed-point chunk of more than 128 slots");
+  __m512 v[kMaxFixedSlots / 16];
+  for (int64_t i = 0; i < n / 16; ++i) {
+    const int64_t left = valid - 16 * i;
+    const __mmask16 m = left >= 16  ? __mmask16(0xFFFF)
+                        : left <= 0 ? __mmask16(0)
+                                    : __mmask16((1u << left) - 1);
+    v[i] = widened(src, dtype, 16 * i, m);
+  }
+  return fixed_chunk(
+      n / 16, [&v](int64_t i) { return v[i]; }, hi, lo);
+}
+
+// 64 bytes a VPDPBUSD against ones (unsigned 1 × signed byte), exact in 32-bit lanes.
+int32_t sum_i8(const int8_t* v, int64_t n) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i acc = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) acc = _mm512_dpbusd_epi32(acc, ones, _mm512_loadu_si512(v + i));
+  if (i < n) {
+    const __mmask64 m = _cvtu64_mask64((uint64_t(1) << (n - i)) - 1);
+    acc = _mm512_dpbusd_epi32(acc, ones, _mm512_maskz_loadu_epi8(m, v + i));
+  }
+  return _mm512_reduce_add_epi32(acc);
 }
 
 }  // namespace
 
-RowKernels row_kernels_avx512() { return {&widen, &to_bf16, &sum_bf16, &quantize, &to_fixed}; }
+RowKernels row_kernels_avx512() {
+  return {&widen, &to_bf16, &sum_bf16, &quantize, &to_fixed, &to_fixed_from, &sum_i8};
+}
 
 }  // namespace nibble::cpu_amx

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 namespace nibble::cpu_amx {
 namespace {
@@ -85,6 +86,21 @@ FixedChunk to_fixed_portable(const float* in, int64_t n, int8_t* hi, int8_t* lo)
   return {fixed_point_step(shift), sum};
 }
 
+FixedChunk to_fixed_from_portable(const void* src, DLDataType dtype, int64_t valid, int64_t n,
+                                  int8_t* hi, int8_t* lo) {
+  if (n > kMaxFixedSlots || valid > n)
+    throw std::logic_error("cpu_amx: a fixed-point chunk of more than 128 slots");
+  float slots[kMaxFixedSlots] = {};
+  if (valid > 0) widen_portable(src, dtype, valid, slots);
+  return to_fixed_portable(slots, n, hi, lo);
+}
+
+int32_t sum_i8_portable(const int8_t* v, int64_t n) {
+  int32_t s = 0;
+  for (int64_t i = 0; i < n; ++i) s += v[i];
+  return s;
+}
+
 void stage_slot_range(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& rk, int64_t m,
                       int64_t s0, int64_t s1, float* slots);
 
@@ -119,12 +135,46 @@ void stage_slot_range(const sdk::Matrix& x, const PackedLinear& w, const RowKern
   }
 }
 
+// Chunks [c0, c1) of fixed-point row m from row `xrow` of x, with their steps and sums. Without
+// act-order a chunk's slots take a prefix of one run's channels and then padding, so it converts
+// straight from x (to_fixed_from: one pass, the staged bits); a chunk laid out otherwise is staged
+// into `slots` (Kp floats) first.
+void fixed_chunks(const sdk::Matrix& x, int64_t xrow, const PackedLinear& w, const RowKernels& rk,
+                  const A16FixedActivations& a, int64_t m, int64_t c0, int64_t c1, float* slots) {
+  int8_t* hi = const_cast<int8_t*>(a.q) + size_t(2 * m) * size_t(a.stride);
+  int8_t* lo = hi + a.stride;
+  float* steps = const_cast<float*>(a.step) + size_t(m) * size_t(a.chunks);
+  int32_t* sums = const_cast<int32_t*>(a.sum) + size_t(m) * size_t(a.chunks);
+  const char* src = x.row<char>(xrow);
+  const size_t bytes = size_t(x.dtype.bits / 8);
+  const auto& runs = w.runs;
+  size_t r = 0;  // the first run that reaches the chunk (both ascend)
+  for (int64_t c = c0; c < c1; ++c) {
+    const Chunk& ch = w.a8_chunks[size_t(c)];
+    const int64_t s0 = int64_t(ch.tile0) * kTileK, n = int64_t(ch.ntiles) * kTileK;
+    while (r < runs.size() && runs[r].dst + runs[r].len <= s0) ++r;
+    const bool one_run = w.slot_source.empty() && n <= kMaxFixedSlots && r < runs.size() &&
+                         runs[r].dst <= s0 && (r + 1 == runs.size() || runs[r + 1].dst >= s0 + n);
+    FixedChunk f;
+    if (one_run) {
+      const int64_t valid = std::min<int64_t>(n, runs[r].dst + runs[r].len - s0);
+      f = rk.to_fixed_from(src + size_t(runs[r].src + s0 - runs[r].dst) * bytes, x.dtype, valid, n,
+                           hi + s0, lo + s0);
+    } else {
+      stage_slot_range(x, w, rk, xrow, s0, s0 + n, slots);
+      f = rk.to_fixed(slots + s0, n, hi + s0, lo + s0);
+    }
+    steps[c] = f.step;
+    sums[c] = f.sum;
+  }
+}
+
 }  // namespace
 
 RowKernels row_kernels(IsaLevel level) {
   if (level >= IsaLevel::avx512) return row_kernels_avx512();
-  return {&widen_portable, &to_bf16_portable, &sum_bf16_portable, &quantize_portable,
-          &to_fixed_portable};
+  return {&widen_portable,    &to_bf16_portable,       &sum_bf16_portable, &quantize_portable,
+          &to_fixed_portable, &to_fixed_from_portable, &sum_i8_portable};
 }
 
 size_t a16_workspace_bytes(const PackedLinear& w, int64_t M) {
@@ -224,10 +274,7 @@ void a8_fill(const sdk::Matrix& x, const PackedLinear& w, const A8Activations& a
     int32_t* srow = sums + size_t(m) * size_t(a.chunks);
     for (size_t c = 0; c < w.a8_chunks.size(); ++c) {
       const Chunk& ch = w.a8_chunks[c];
-      int32_t s = 0;
-      const int8_t* v = out + size_t(ch.tile0) * kTileK;
-      for (int64_t i = 0; i < int64_t(ch.ntiles) * kTileK; ++i) s += v[i];
-      srow[c] = s;
+      srow[c] = rk.sum_i8(out + size_t(ch.tile0) * kTileK, int64_t(ch.ntiles) * kTileK);
     }
   }
 }
@@ -257,7 +304,7 @@ int64_t a16_fixed_fill_pieces(const PackedLinear& w) {
 
 void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedActivations& a,
                     int64_t m0, int64_t m1, IsaLevel level, int64_t piece, int64_t pieces) {
-  if (pieces <= 1 || !w.slot_source.empty()) {
+  if (!w.slot_source.empty()) {
     // A row whose slots take their channels one by one is staged whole: piece 0 fills it.
     if (piece == 0) a16_fixed_fill_rows(x, nullptr, x.rows, w, a, m0, m1, level);
     return;
@@ -266,30 +313,14 @@ void a16_fixed_fill(const sdk::Matrix& x, const PackedLinear& w, const A16FixedA
   thread_local std::vector<float> slots;  // kept: a warm forward allocates nothing
   if (slots.size() < size_t(w.Kp)) slots.resize(size_t(w.Kp));
   const int64_t chunks = int64_t(w.a8_chunks.size());
+  pieces = std::max<int64_t>(pieces, 1);
   const int64_t c0 = chunks * piece / pieces, c1 = chunks * (piece + 1) / pieces;
-  auto* q = const_cast<int8_t*>(a.q);
-  auto* steps = const_cast<float*>(a.step);
-  auto* sums = const_cast<int32_t*>(a.sum);
   for (int64_t m = m0; m < std::min(m1, x.rows); ++m) {
-    int8_t* hi = q + size_t(2 * m) * size_t(a.stride);
-    int8_t* lo = hi + a.stride;
-    if (c0 < c1) {
-      const int64_t s0 = int64_t(w.a8_chunks[size_t(c0)].tile0) * kTileK;
-      const Chunk& last = w.a8_chunks[size_t(c1 - 1)];
-      const int64_t s1 = (int64_t(last.tile0) + last.ntiles) * kTileK;
-      stage_slot_range(x, w, rk, m, s0, s1, slots.data());
-      for (int64_t c = c0; c < c1; ++c) {
-        const Chunk& ch = w.a8_chunks[size_t(c)];
-        const size_t at = size_t(ch.tile0) * kTileK;
-        const FixedChunk f =
-            rk.to_fixed(slots.data() + at, int64_t(ch.ntiles) * kTileK, hi + at, lo + at);
-        steps[size_t(m) * size_t(a.chunks) + size_t(c)] = f.step;
-        sums[size_t(m) * size_t(a.chunks) + size_t(c)] = f.sum;
-      }
-    }
+    fixed_chunks(x, m, w, rk, a, m, c0, c1, slots.data());
     if (piece == pieces - 1) {
+      int8_t* hi = const_cast<int8_t*>(a.q) + size_t(2 * m) * size_t(a.stride);
       std::memset(hi + w.Kp, 0, size_t(a.stride - w.Kp));
-      std::memset(lo + w.Kp, 0, size_t(a.stride - w.Kp));
+      std::memset(hi + a.stride + w.Kp, 0, size_t(a.stride - w.Kp));
     }
   }
 }
@@ -305,16 +336,21 @@ void a16_fixed_fill_rows(const sdk::Matrix& x, const int64_t* source, int64_t n,
   auto* steps = const_cast<float*>(a.step);
   auto* sums = const_cast<int32_t*>(a.sum);
   for (int64_t m = m0; m < std::min(m1, n); ++m) {
-    stage_slots(x, w, rk, source ? source[m] : m, row.data(), slots.data());
+    const int64_t xrow = source ? source[m] : m;
     int8_t* hi = q + size_t(2 * m) * size_t(a.stride);
     int8_t* lo = hi + a.stride;
-    for (size_t c = 0; c < w.a8_chunks.size(); ++c) {
-      const Chunk& ch = w.a8_chunks[c];
-      const size_t at = size_t(ch.tile0) * kTileK;
-      const FixedChunk f =
-          rk.to_fixed(slots.data() + at, int64_t(ch.ntiles) * kTileK, hi + at, lo + at);
-      steps[size_t(m) * size_t(a.chunks) + c] = f.step;
-      sums[size_t(m) * size_t(a.chunks) + c] = f.sum;
+    if (w.slot_source.empty()) {
+      fixed_chunks(x, xrow, w, rk, a, m, 0, int64_t(w.a8_chunks.size()), slots.data());
+    } else {
+      stage_slots(x, w, rk, xrow, row.data(), slots.data());
+      for (size_t c = 0; c < w.a8_chunks.size(); ++c) {
+        const Chunk& ch = w.a8_chunks[c];
+        const size_t at = size_t(ch.tile0) * kTileK;
+        const FixedChunk f =
+            rk.to_fixed(slots.data() + at, int64_t(ch.ntiles) * kTileK, hi + at, lo + at);
+        steps[size_t(m) * size_t(a.chunks) + c] = f.step;
+        sums[size_t(m) * size_t(a.chunks) + c] = f.sum;
+      }
     }
     std::memset(hi + w.Kp, 0, size_t(a.stride - w.Kp));
     std::memset(lo + w.Kp, 0, size_t(a.stride - w.Kp));

@@ -21,6 +21,32 @@ namespace {
 
 bool have_avx512() { return decide_isa().hardware >= IsaLevel::avx512; }
 
+// x's rows as the fills take them: a 2-D tensor over its bytes.
+struct RowsOf {
+  RowsOf(test::Activations& x, int64_t M, int64_t K, DLDataType dt) : shape{M, K} {
+    t.data = x.bytes.data();
+    t.device = DLDevice{kDLCPU, 0};
+    t.ndim = 2;
+    t.dtype = dt;
+    t.shape = shape;
+  }
+  RowsOf(const RowsOf&) = delete;
+  RowsOf& operator=(const RowsOf&) = delete;
+  sdk::Matrix matrix() const { return sdk::as_matrix(&t, "x"); }
+  int64_t shape[2];
+  DLTensor t{};
+};
+
+// The source channel of every slot of a packed weight (-1 for padding), from its runs or its
+// per-slot map.
+std::vector<int32_t> slot_sources(const PackedLinear& w) {
+  std::vector<int32_t> source(size_t(w.Kp), -1);
+  for (const auto& run : w.runs)
+    for (int32_t i = 0; i < run.len; ++i) source[size_t(run.dst + i)] = run.src + i;
+  for (size_t j = 0; j < w.slot_source.size(); ++j) source[j] = w.slot_source[j];
+  return source;
+}
+
 // Random floats with the values conversions get wrong: NaN, ±inf, ±0, subnormals, bf16 ties.
 std::vector<float> awkward_floats(size_t n, uint32_t seed, bool specials) {
   std::mt19937 rng(seed);
@@ -157,6 +183,55 @@ TEST(CpuAmxActivationRows, PortableFixedPointFollowsItsDefinition) {
     }
 }
 
+// to_fixed_from is its definition: the first `valid` of n slots widened from the source, the rest
+// zero, then to_fixed; at every ISA level, for every source dtype, special values included. The
+// source holds the valid values only (one element where none are), so that a read past them is
+// caught under AddressSanitizer.
+// sum_i8 is the exact sum of the bytes.
+TEST(CpuAmxActivationRows, FusedFixedPointAndByteSumsFollowTheirDefinitions) {
+  std::vector<IsaLevel> levels{IsaLevel::scalar};
+  if (have_avx512()) levels.push_back(IsaLevel::avx512);
+  const RowKernels def = row_kernels(IsaLevel::scalar);
+  for (IsaLevel level : levels) {
+    const RowKernels rk = row_kernels(level);
+    for (DLDataType dt : {sdk::dtype_f32(), sdk::dtype_f16(), sdk::dtype_bf16()})
+      for (int64_t n : {32, 64, 96, 128})
+        for (int64_t valid :
+             {int64_t(0), int64_t(1), int64_t(15), int64_t(16), int64_t(17), n - 20, n - 1, n})
+          for (bool specials : {false, true}) {
+            const std::vector<float> x = awkward_floats(
+                size_t(valid), uint32_t(n * 1000 + valid * 2 + (specials ? 1 : 0)), specials);
+            std::vector<uint8_t> src(size_t(std::max<int64_t>(valid, 1)) * sdk::dtype_bytes(dt));
+            for (int64_t i = 0; i < valid; ++i)
+              sdk::store_float(src.data(), dt, size_t(i), x[size_t(i)]);
+            std::vector<float> slots(size_t(n), 0.f);
+            if (valid > 0) def.widen(src.data(), dt, valid, slots.data());
+            std::vector<int8_t> hw(size_t(n), 5), lw(size_t(n), 5), hg(size_t(n), 9),
+                lg(size_t(n), 9);
+            const FixedChunk want = def.to_fixed(slots.data(), n, hw.data(), lw.data());
+            const FixedChunk got = rk.to_fixed_from(src.data(), dt, valid, n, hg.data(), lg.data());
+            const std::string at = std::string(isa_name(level)) + " " + sdk::dtype_name(dt) +
+                                   " n=" + std::to_string(n) + " valid=" + std::to_string(valid);
+            EXPECT_EQ(0, std::memcmp(&want.step, &got.step, 4)) << at;
+            EXPECT_EQ(want.sum, got.sum) << at;
+            EXPECT_EQ(hw, hg) << at;
+            EXPECT_EQ(lw, lg) << at;
+          }
+    for (int64_t n : {1, 63, 64, 65, 200, 4096}) {
+      std::mt19937 rng{uint32_t(n)};
+      std::vector<int8_t> b(static_cast<size_t>(n));
+      int32_t sum = 0;
+      for (auto& v : b) {
+        v = int8_t(int(rng() % 256) - 128);
+        sum += v;
+      }
+      EXPECT_EQ(rk.sum_i8(b.data(), n), sum) << isa_name(level) << " n=" << n;
+    }
+    std::vector<int8_t> low(128, -128);
+    EXPECT_EQ(rk.sum_i8(low.data(), 128), -128 * 128) << isa_name(level);
+  }
+}
+
 TEST(CpuAmxActivationRows, Avx512KernelsGiveThePortableBits) {
   if (!have_avx512()) GTEST_SKIP() << "no AVX-512 on this machine";
   const RowKernels p = row_kernels(IsaLevel::scalar), v = row_kernels(IsaLevel::avx512);
@@ -238,6 +313,77 @@ TEST(CpuAmxActivations, FixedPointGatherCopiesWhatTheRowFillMakes) {
   EXPECT_NE(g.sum[0], g.sum[size_t(g.chunks)]) << "rows 0 and 1 come from different tokens";
 }
 
+// A fixed-point row is, chunk by chunk, its slots (the source channels in slot order, zero in
+// padding) converted by to_fixed, whether the fill converts a chunk straight from x or stages it,
+// and whichever pieces of the row's chunks it is cut into: every byte of the buffer (both byte
+// rows with their padding, the steps and the sums) is compared with that definition.
+TEST(CpuAmxActivations, FixedPointRowsAreTheirChunksStagedThenConverted) {
+  std::vector<IsaLevel> levels{IsaLevel::scalar};
+  if (have_avx512()) levels.push_back(IsaLevel::avx512);
+  const RowKernels def = row_kernels(IsaLevel::scalar);
+  struct Layout {
+    int64_t K;
+    int group;
+    bool act_order;
+  };
+  // Groups of 64 with a short last group (padding between runs), groups of 128 (one run), groups
+  // of 32 (chunks of one tile), per-channel over a ragged K, and act-order.
+  for (const Layout& l : {Layout{200, 64, false}, Layout{512, 128, false}, Layout{160, 32, false},
+                          Layout{300, -1, false}, Layout{256, 64, true}})
+    for (DLDataType dt : {sdk::dtype_f32(), sdk::dtype_f16(), sdk::dtype_bf16()}) {
+      test::QuantSpec spec;
+      spec.K = l.K;
+      spec.N = 32;
+      spec.group_size = l.group;
+      spec.act_order = l.act_order;
+      spec.seed = uint32_t(l.K);
+      test::CanonicalWeight tw = test::random_weight(spec);
+      nibble_canonical_weight cw = tw.view();
+      sdk::QuantWeight w(cw, "fixed");
+      auto packed = pack_linear(w, 1);
+      const int64_t M = 3;
+      test::Activations x = test::random_activations(M, l.K, dt, 21);
+      const RowsOf rows_of(x, M, l.K, dt);
+      const sdk::Matrix xm = rows_of.matrix();
+      const std::vector<int32_t> source = slot_sources(*packed);
+      std::vector<uint8_t> want(a16_fixed_workspace_bytes(*packed, M), 0xAB);
+      const A16FixedActivations d = a16_fixed_view(*packed, M, want.data());
+      for (int64_t m = 0; m < M; ++m) {
+        std::vector<float> slots(size_t(packed->Kp), 0.f);
+        for (int64_t s = 0; s < packed->Kp; ++s)
+          if (source[size_t(s)] >= 0)
+            def.widen(xm.row<char>(m) + size_t(source[size_t(s)]) * sdk::dtype_bytes(dt), dt, 1,
+                      &slots[size_t(s)]);
+        int8_t* hi = const_cast<int8_t*>(d.q) + size_t(2 * m * d.stride);
+        int8_t* lo = hi + d.stride;
+        for (size_t c = 0; c < packed->a8_chunks.size(); ++c) {
+          const Chunk& ch = packed->a8_chunks[c];
+          const int64_t at = int64_t(ch.tile0) * kTileK;
+          const FixedChunk f =
+              def.to_fixed(slots.data() + at, int64_t(ch.ntiles) * kTileK, hi + at, lo + at);
+          const_cast<float*>(d.step)[size_t(m) * size_t(d.chunks) + c] = f.step;
+          const_cast<int32_t*>(d.sum)[size_t(m) * size_t(d.chunks) + c] = f.sum;
+        }
+        std::memset(hi + packed->Kp, 0, size_t(d.stride - packed->Kp));
+        std::memset(lo + packed->Kp, 0, size_t(d.stride - packed->Kp));
+      }
+      for (IsaLevel level : levels)
+        for (int64_t pieces : {1, 2, 3}) {
+          std::vector<uint8_t> got(want.size(), 0xAB);
+          for (int64_t piece = 0; piece < pieces; ++piece)
+            a16_fixed_fill(xm, *packed, a16_fixed_view(*packed, M, got.data()), 0, M, level, piece,
+                           pieces);
+          EXPECT_EQ(want, got) << isa_name(level) << " K=" << l.K << " group " << l.group
+                               << (l.act_order ? " act-order " : " ") << sdk::dtype_name(dt) << ", "
+                               << pieces << " pieces";
+          std::vector<uint8_t> rows(want.size(), 0xAB);
+          a16_fixed_fill_rows(xm, nullptr, M, *packed, a16_fixed_view(*packed, M, rows.data()), 0,
+                              M, level);
+          EXPECT_EQ(want, rows) << isa_name(level) << " K=" << l.K << " rows";
+        }
+    }
+}
+
 TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
   std::vector<IsaLevel> levels{IsaLevel::scalar, IsaLevel::avx2};
   if (have_avx512()) levels.push_back(IsaLevel::avx512);
@@ -255,14 +401,8 @@ TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
       auto packed = pack_linear(w, 1);
       const int64_t M = 5;
       test::Activations x = test::random_activations(M, spec.K, dt, 9);
-      int64_t shape[2] = {M, spec.K};
-      DLTensor xt{};
-      xt.data = x.bytes.data();
-      xt.device = DLDevice{kDLCPU, 0};
-      xt.ndim = 2;
-      xt.dtype = dt;
-      xt.shape = shape;
-      const sdk::Matrix xm = sdk::as_matrix(&xt, "x");
+      const RowsOf rows_of(x, M, spec.K, dt);
+      const sdk::Matrix xm = rows_of.matrix();
       std::vector<std::vector<uint8_t>> a16, a8, fixed;
       for (IsaLevel level : levels) {
         std::vector<uint8_t> bf(a16_fixed_workspace_bytes(*packed, M), 0xAB);
@@ -285,10 +425,7 @@ TEST(CpuAmxActivations, FillsAreIdenticalAtEveryIsaLevel) {
       }
       // Every slot of a real row holds its source channel (bf16 of it); padding slots are zero.
       const A16Activations v = a16_view(*packed, M, a16[0].data());
-      std::vector<int32_t> source(size_t(packed->Kp), -1);
-      for (const auto& run : packed->runs)
-        for (int32_t i = 0; i < run.len; ++i) source[size_t(run.dst + i)] = run.src + i;
-      for (size_t j = 0; j < packed->slot_source.size(); ++j) source[j] = packed->slot_source[j];
+      const std::vector<int32_t> source = slot_sources(*packed);
       for (int64_t m = 0; m < M; ++m)
         for (int64_t s = 0; s < packed->Kp; ++s) {
           const uint16_t got = v.x[size_t(m * v.stride + s)];
