@@ -152,6 +152,7 @@ FixedChunk to_fixed(const float* in, int64_t n, int8_t* hi, int8_t* lo) {
 // Up to 16 values of an f32, f16 or bf16 row from element `at`, as widen makes them; lanes
 // outside `m` are zero and read nothing.
 inline __m512 widened(const void* src, DLDataType dtype, int64_t at, __mmask16 m) {
+  if (!m) return _mm512_setzero_ps();  // nor forms an address past the source
   if (dtype.bits == 32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(src) + at);
   const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(src) + at);
   return dtype.code == kDLBfloat
@@ -164,7 +165,7 @@ inline __m512 widened(const void* src, DLDataType dtype, int64_t at, __mmask16 m
 FixedChunk to_fixed_from(const void* src, DLDataType dtype, int64_t valid, int64_t n, int8_t* hi,
                          int8_t* lo) {
   if (n > kMaxFixedSlots || valid > n)
-    throw std::logic_error("cpu_amx: a fixed-point chunk of more than 128 slots");
+    throw std::logic_error("cpu_amx: a fixed-point chunk of more than 128 slots or values");
   __m512 v[kMaxFixedSlots / 16];
   for (int64_t i = 0; i < n / 16; ++i) {
     const int64_t left = valid - 16 * i;

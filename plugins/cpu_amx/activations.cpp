@@ -89,7 +89,7 @@ FixedChunk to_fixed_portable(const float* in, int64_t n, int8_t* hi, int8_t* lo)
 FixedChunk to_fixed_from_portable(const void* src, DLDataType dtype, int64_t valid, int64_t n,
                                   int8_t* hi, int8_t* lo) {
   if (n > kMaxFixedSlots || valid > n)
-    throw std::logic_error("cpu_amx: a fixed-point chunk of more than 128 slots");
+    throw std::logic_error("cpu_amx: a fixed-point chunk of more than 128 slots or values");
   float slots[kMaxFixedSlots] = {};
   if (valid > 0) widen_portable(src, dtype, valid, slots);
   return to_fixed_portable(slots, n, hi, lo);
@@ -135,10 +135,11 @@ void stage_slot_range(const sdk::Matrix& x, const PackedLinear& w, const RowKern
   }
 }
 
-// Chunks [c0, c1) of fixed-point row m from row `xrow` of x, with their steps and sums. Without
-// act-order a chunk's slots take a prefix of one run's channels and then padding, so it converts
-// straight from x (to_fixed_from: one pass, the staged bits); a chunk laid out otherwise is staged
-// into `slots` (Kp floats) first.
+// Chunks [c0, c1) of fixed-point row m from row `xrow` of x, with their steps and sums, for a
+// weight whose slots take their channels in runs (no per-slot map). Without act-order a chunk's
+// slots are a prefix of one run's channels and then padding, so it converts straight from x
+// (to_fixed_from: one pass, the staged bits); a chunk whose slots take several runs (act-order
+// with long runs) is staged into `slots` (Kp floats) from the runs that reach it.
 void fixed_chunks(const sdk::Matrix& x, int64_t xrow, const PackedLinear& w, const RowKernels& rk,
                   const A16FixedActivations& a, int64_t m, int64_t c0, int64_t c1, float* slots) {
   int8_t* hi = const_cast<int8_t*>(a.q) + size_t(2 * m) * size_t(a.stride);
@@ -161,7 +162,13 @@ void fixed_chunks(const sdk::Matrix& x, int64_t xrow, const PackedLinear& w, con
       f = rk.to_fixed_from(src + size_t(runs[r].src + s0 - runs[r].dst) * bytes, x.dtype, valid, n,
                            hi + s0, lo + s0);
     } else {
-      stage_slot_range(x, w, rk, xrow, s0, s0 + n, slots);
+      std::memset(slots + s0, 0, size_t(n) * sizeof(float));
+      for (size_t j = r; j < runs.size() && runs[j].dst < s0 + n; ++j) {
+        const int64_t from = std::max<int64_t>(s0, runs[j].dst),
+                      to = std::min<int64_t>(s0 + n, runs[j].dst + runs[j].len);
+        rk.widen(src + size_t(runs[j].src + from - runs[j].dst) * bytes, x.dtype, to - from,
+                 slots + from);
+      }
       f = rk.to_fixed(slots + s0, n, hi + s0, lo + s0);
     }
     steps[c] = f.step;

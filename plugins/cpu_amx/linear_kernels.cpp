@@ -96,12 +96,12 @@ Slice slice_of(const Split& s, int64_t M, int64_t panels, int64_t row_align, int
 constexpr int64_t kUnitsPerPart = 4;
 
 // Unit `sub` of a tile kernels' slice. Along its panel pairs, each unit all of its rows and at
-// least two pairs; or along its rows, each unit all of
-// its pairs, where a part has at least 2·unit_rows rows (unit_rows > 0) and cutting its pairs
-// would leave units of fewer than kRowUnitPairs pairs: the tile kernels read a unit's
-// activations again for every few pairs, and at 16 threads units of two pairs each reread 1024
-// rows from L3 at every other pair. With fewer rows the units stay along pairs: one unit per
-// part, and so no stealing, was slower than the rereading (docs/cpu_amx.md, Threads).
+// least two pairs; or along its rows, each unit all of its pairs, where a part has at least
+// 2·unit_rows rows (unit_rows > 0) and cutting its pairs would leave units of fewer than
+// kRowUnitPairs pairs: the tile kernels read a unit's activations again for every few pairs, and at
+// 16 threads units of two pairs each reread 1024 rows from L3 at every other pair. With fewer rows
+// the units stay along pairs: one unit per part, and so no stealing, was slower than the rereading
+// (docs/cpu_amx.md, Threads).
 constexpr int64_t kRowUnitPairs = 4;
 Slice sub_slice(const Slice& s, int64_t panels, int64_t sub, int64_t unit_rows, int64_t row_align) {
   Slice out = s;

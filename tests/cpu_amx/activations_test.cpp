@@ -185,8 +185,8 @@ TEST(CpuAmxActivationRows, PortableFixedPointFollowsItsDefinition) {
 
 // to_fixed_from is its definition: the first `valid` of n slots widened from the source, the rest
 // zero, then to_fixed; at every ISA level, for every source dtype, special values included. The
-// source holds the valid values only (one element where none are), so that a read past them is
-// caught under AddressSanitizer.
+// source holds the valid values only (one element where none are), so that the portable path's
+// reads past them are caught under AddressSanitizer (the AVX-512 loads are masked).
 // sum_i8 is the exact sum of the bytes.
 TEST(CpuAmxActivationRows, FusedFixedPointAndByteSumsFollowTheirDefinitions) {
   std::vector<IsaLevel> levels{IsaLevel::scalar};
@@ -315,72 +315,99 @@ TEST(CpuAmxActivations, FixedPointGatherCopiesWhatTheRowFillMakes) {
 
 // A fixed-point row is, chunk by chunk, its slots (the source channels in slot order, zero in
 // padding) converted by to_fixed, whether the fill converts a chunk straight from x or stages it,
-// and whichever pieces of the row's chunks it is cut into: every byte of the buffer (both byte
-// rows with their padding, the steps and the sums) is compared with that definition.
+// and whichever pieces of the row's chunks it is cut into, or rows of x it takes (MoE's token
+// rows): every byte of the buffer (both byte rows with their padding, the steps and the sums) is
+// compared with that definition. Layouts: without act-order one run (ragged K and groups of 32
+// to 128 and per channel: chunks that end in padding), and act-order, whose g_idx is random (a
+// per-slot map), or moves whole groups (runs in another order: chunks whose channels start
+// elsewhere than their slots, one ending in padding), or splits each group into two halves far
+// apart (two runs in one chunk, staged).
 TEST(CpuAmxActivations, FixedPointRowsAreTheirChunksStagedThenConverted) {
   std::vector<IsaLevel> levels{IsaLevel::scalar};
   if (have_avx512()) levels.push_back(IsaLevel::avx512);
   const RowKernels def = row_kernels(IsaLevel::scalar);
+  enum class GIdx { none, random, moved_groups, split_groups };
   struct Layout {
     int64_t K;
     int group;
-    bool act_order;
+    GIdx g_idx;
   };
-  // Groups of 64 with a short last group (padding between runs), groups of 128 (one run), groups
-  // of 32 (chunks of one tile), per-channel over a ragged K, and act-order.
-  for (const Layout& l : {Layout{200, 64, false}, Layout{512, 128, false}, Layout{160, 32, false},
-                          Layout{300, -1, false}, Layout{256, 64, true}})
+  for (const Layout& l :
+       {Layout{200, 64, GIdx::none}, Layout{512, 128, GIdx::none}, Layout{160, 32, GIdx::none},
+        Layout{300, -1, GIdx::none}, Layout{256, 64, GIdx::random},
+        Layout{200, 64, GIdx::moved_groups}, Layout{512, 128, GIdx::split_groups}})
     for (DLDataType dt : {sdk::dtype_f32(), sdk::dtype_f16(), sdk::dtype_bf16()}) {
       test::QuantSpec spec;
       spec.K = l.K;
       spec.N = 32;
       spec.group_size = l.group;
-      spec.act_order = l.act_order;
+      spec.act_order = l.g_idx != GIdx::none;
       spec.seed = uint32_t(l.K);
       test::CanonicalWeight tw = test::random_weight(spec);
+      const int64_t groups = (l.K + l.group - 1) / std::max(l.group, 1);
+      for (int64_t c = 0; c < l.K; ++c) {
+        if (l.g_idx == GIdx::moved_groups)  // group g holds the channels of block (g + 1) % G
+          tw.g_idx[size_t(c)] = int32_t((c / l.group + groups - 1) % groups);
+        if (l.g_idx == GIdx::split_groups)  // half blocks: g, g + 1, .., then g again
+          tw.g_idx[size_t(c)] = int32_t((c / (l.group / 2)) % groups);
+      }
       nibble_canonical_weight cw = tw.view();
       sdk::QuantWeight w(cw, "fixed");
       auto packed = pack_linear(w, 1);
+      const std::string layout = "K=" + std::to_string(l.K) + " group " + std::to_string(l.group) +
+                                 " g_idx " + std::to_string(int(l.g_idx)) + " " +
+                                 sdk::dtype_name(dt);
+      if (l.g_idx == GIdx::moved_groups || l.g_idx == GIdx::split_groups) {
+        ASSERT_TRUE(packed->slot_source.empty()) << layout << ": expected the runs kept";
+        ASSERT_GT(packed->runs.size(), size_t(1)) << layout;
+      }
       const int64_t M = 3;
       test::Activations x = test::random_activations(M, l.K, dt, 21);
       const RowsOf rows_of(x, M, l.K, dt);
       const sdk::Matrix xm = rows_of.matrix();
       const std::vector<int32_t> source = slot_sources(*packed);
-      std::vector<uint8_t> want(a16_fixed_workspace_bytes(*packed, M), 0xAB);
-      const A16FixedActivations d = a16_fixed_view(*packed, M, want.data());
-      for (int64_t m = 0; m < M; ++m) {
-        std::vector<float> slots(size_t(packed->Kp), 0.f);
-        for (int64_t s = 0; s < packed->Kp; ++s)
-          if (source[size_t(s)] >= 0)
-            def.widen(xm.row<char>(m) + size_t(source[size_t(s)]) * sdk::dtype_bytes(dt), dt, 1,
-                      &slots[size_t(s)]);
-        int8_t* hi = const_cast<int8_t*>(d.q) + size_t(2 * m * d.stride);
-        int8_t* lo = hi + d.stride;
-        for (size_t c = 0; c < packed->a8_chunks.size(); ++c) {
-          const Chunk& ch = packed->a8_chunks[c];
-          const int64_t at = int64_t(ch.tile0) * kTileK;
-          const FixedChunk f =
-              def.to_fixed(slots.data() + at, int64_t(ch.ntiles) * kTileK, hi + at, lo + at);
-          const_cast<float*>(d.step)[size_t(m) * size_t(d.chunks) + c] = f.step;
-          const_cast<int32_t*>(d.sum)[size_t(m) * size_t(d.chunks) + c] = f.sum;
+      // The definition, row m of the buffer from row rows[m] of x.
+      auto defined = [&](const std::vector<int64_t>& rows) {
+        std::vector<uint8_t> want(a16_fixed_workspace_bytes(*packed, M), 0xAB);
+        const A16FixedActivations d = a16_fixed_view(*packed, M, want.data());
+        for (int64_t m = 0; m < M; ++m) {
+          std::vector<float> slots(size_t(packed->Kp), 0.f);
+          for (int64_t s = 0; s < packed->Kp; ++s)
+            if (source[size_t(s)] >= 0)
+              def.widen(
+                  xm.row<char>(rows[size_t(m)]) + size_t(source[size_t(s)]) * sdk::dtype_bytes(dt),
+                  dt, 1, &slots[size_t(s)]);
+          int8_t* hi = const_cast<int8_t*>(d.q) + size_t(2 * m * d.stride);
+          int8_t* lo = hi + d.stride;
+          for (size_t c = 0; c < packed->a8_chunks.size(); ++c) {
+            const Chunk& ch = packed->a8_chunks[c];
+            const int64_t at = int64_t(ch.tile0) * kTileK;
+            const FixedChunk f =
+                def.to_fixed(slots.data() + at, int64_t(ch.ntiles) * kTileK, hi + at, lo + at);
+            const_cast<float*>(d.step)[size_t(m) * size_t(d.chunks) + c] = f.step;
+            const_cast<int32_t*>(d.sum)[size_t(m) * size_t(d.chunks) + c] = f.sum;
+          }
+          std::memset(hi + packed->Kp, 0, size_t(d.stride - packed->Kp));
+          std::memset(lo + packed->Kp, 0, size_t(d.stride - packed->Kp));
         }
-        std::memset(hi + packed->Kp, 0, size_t(d.stride - packed->Kp));
-        std::memset(lo + packed->Kp, 0, size_t(d.stride - packed->Kp));
-      }
-      for (IsaLevel level : levels)
+        return want;
+      };
+      const std::vector<uint8_t> want = defined({0, 1, 2});
+      const std::vector<int64_t> tokens = {2, 0, 2};
+      const std::vector<uint8_t> want_tokens = defined(tokens);
+      for (IsaLevel level : levels) {
         for (int64_t pieces : {1, 2, 3}) {
           std::vector<uint8_t> got(want.size(), 0xAB);
           for (int64_t piece = 0; piece < pieces; ++piece)
             a16_fixed_fill(xm, *packed, a16_fixed_view(*packed, M, got.data()), 0, M, level, piece,
                            pieces);
-          EXPECT_EQ(want, got) << isa_name(level) << " K=" << l.K << " group " << l.group
-                               << (l.act_order ? " act-order " : " ") << sdk::dtype_name(dt) << ", "
-                               << pieces << " pieces";
-          std::vector<uint8_t> rows(want.size(), 0xAB);
-          a16_fixed_fill_rows(xm, nullptr, M, *packed, a16_fixed_view(*packed, M, rows.data()), 0,
-                              M, level);
-          EXPECT_EQ(want, rows) << isa_name(level) << " K=" << l.K << " rows";
+          EXPECT_EQ(want, got) << isa_name(level) << " " << layout << ", " << pieces << " pieces";
         }
+        std::vector<uint8_t> rows(want.size(), 0xAB);
+        a16_fixed_fill_rows(xm, tokens.data(), M, *packed, a16_fixed_view(*packed, M, rows.data()),
+                            0, M, level);
+        EXPECT_EQ(want_tokens, rows) << isa_name(level) << " " << layout << ", token rows";
+      }
     }
 }
 
