@@ -2,8 +2,9 @@
 // picks, by the probe's ISA level (re-read at every prepare), which micro-kernel file runs, and
 // splits the work over the worker pool (worker_pool.hpp) in one dispatch per call: the threads
 // prepare the activation rows in blocks, each its own and then any left, wait until all are
-// done, then run the units of a static split of rows × panels, each thread its own first (so it
-// keeps its slice of the weight from call to call), then those of late threads.
+// done (or, for few rows, each thread prepares them all for itself and waits for nobody), then
+// run the units of a static split of rows × panels, each thread its own first (so it keeps its
+// slice of the weight from call to call), then those of late threads.
 #include "linear_kernels.hpp"
 
 #include "activations.hpp"
