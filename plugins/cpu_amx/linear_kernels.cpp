@@ -374,63 +374,54 @@ class LinearPrepared final : public sdk::Prepared {
     const bool bf16_tiles = large && mode_ == Mode::a16 && !fixed_point(M);
     const int64_t own_budget = !large ? private_fill_ : bf16_tiles ? private_tile_fill_ : 0;
     const bool own_rows = M <= 16 && M * w_->Kp <= own_budget;
-    if (mode_ == Mode::a16 && fixed_point(M) && own_rows) {
-      A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
-      run_linear_private(
-          M, w_->panels, bytes, threads, row_align, large, a16_fixed_workspace_bytes(*w_, M),
-          [&](void* scratch) {
-            return fixed_point_call(w_.get(), a16_fixed_view(*w_, M, scratch), y, M);
+    // The call: every part preparing its own rows, or the parts sharing them in the workspace.
+    // call_of(buffer) lays a call's activations out in a buffer of `scratch` bytes,
+    // fill(call, r0, r1, piece, pieces) prepares rows [r0, r1) (or that piece of them).
+    auto dispatch = [&](size_t scratch, int64_t call_unit_rows, int64_t max_pieces, auto fn,
+                        const auto& call_of, const auto& fill) {
+      auto compute = [&](const auto& c, const Slice& s) { fn(c, s.m0, s.m1, s.p0, s.p1); };
+      if (own_rows) {
+        run_linear_private(
+            M, w_->panels, bytes, threads, row_align, large, scratch, call_of,
+            [&](const auto& c) { fill(c, int64_t(0), rows, int64_t(0), int64_t(1)); }, compute);
+        return;
+      }
+      const auto call = call_of(exec.workspace);
+      run_linear(
+          M, rows, w_->panels, bytes, threads, row_align, large, call_unit_rows, max_pieces,
+          [&](int64_t a, int64_t b, int64_t piece, int64_t pieces) {
+            fill(call, a, b, piece, pieces);
           },
-          [&](const A16Call& c) { a16_fixed_fill(args.x, *w_, c.fixed, 0, M, level_); },
-          [&](const A16Call& c, const Slice& s) { fn(c, s.m0, s.m1, s.p0, s.p1); });
-    } else if (mode_ == Mode::a16 && own_rows) {
-      A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
-      run_linear_private(
-          M, w_->panels, bytes, threads, row_align, large, a16_workspace_bytes(*w_, M),
-          [&](void* scratch) {
-            A16Call c{w_.get(), a16_view(*w_, M, scratch), y, M};
+          [&](const Slice& s) { compute(call, s); });
+    };
+    if (mode_ == Mode::a16 && fixed_point(M)) {
+      dispatch(
+          a16_fixed_workspace_bytes(*w_, M), 0, a16_fixed_fill_pieces(*w_),
+          large ? paths_.a16_large : paths_.a16_small,
+          [&](void* b) { return fixed_point_call(w_.get(), a16_fixed_view(*w_, M, b), y, M); },
+          [&](const A16Call& c, int64_t a, int64_t b, int64_t piece, int64_t pieces) {
+            a16_fixed_fill(args.x, *w_, c.fixed, a, b, level_, piece, pieces);
+          });
+    } else if (mode_ == Mode::a16) {
+      dispatch(
+          a16_workspace_bytes(*w_, M), unit_rows, 1, large ? paths_.a16_large : paths_.a16_small,
+          [&](void* b) {
+            A16Call c{w_.get(), a16_view(*w_, M, b), y, M};
             c.dequantize_b = M >= dequant_m_;
             return c;
           },
-          [&](const A16Call& c) { a16_fill(args.x, *w_, c.x, 0, M, level_); },
-          [&](const A16Call& c, const Slice& s) { fn(c, s.m0, s.m1, s.p0, s.p1); });
-    } else if (mode_ == Mode::a8 && own_rows) {
-      A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
-      run_linear_private(
-          M, w_->panels, bytes, threads, row_align, large, a8_workspace_bytes(*w_, M),
-          [&](void* scratch) {
-            return A8Call{w_.get(), a8_view(*w_, M, scratch), y, M};
-          },
-          [&](const A8Call& c) { a8_fill(args.x, *w_, c.x, 0, M, level_); },
-          [&](const A8Call& c, const Slice& s) { fn(c, s.m0, s.m1, s.p0, s.p1); });
-    } else if (mode_ == Mode::a16 && fixed_point(M)) {
-      const A16Call call = fixed_point_call(w_.get(), a16_fixed_view(*w_, M, exec.workspace), y, M);
-      A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
-      run_linear(
-          M, M, w_->panels, bytes, threads, row_align, large, 0, a16_fixed_fill_pieces(*w_),
-          [&](int64_t a, int64_t b, int64_t piece, int64_t pieces) {
-            a16_fixed_fill(args.x, *w_, call.fixed, a, b, level_, piece, pieces);
-          },
-          [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
-    } else if (mode_ == Mode::a16) {
-      A16Call call{w_.get(), a16_view(*w_, M, exec.workspace), y, M};
-      call.dequantize_b = M >= dequant_m_;
-      A16Fn fn = large ? paths_.a16_large : paths_.a16_small;
-      run_linear(
-          M, rows, w_->panels, bytes, threads, row_align, large, unit_rows, 1,
-          [&](int64_t a, int64_t b, int64_t, int64_t) {
-            a16_fill(args.x, *w_, call.x, a, b, level_);
-          },
-          [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
+          [&](const A16Call& c, int64_t a, int64_t b, int64_t, int64_t) {
+            a16_fill(args.x, *w_, c.x, a, b, level_);
+          });
     } else {
-      A8Call call{w_.get(), a8_view(*w_, M, exec.workspace), y, M};
-      A8Fn fn = large ? paths_.a8_large : paths_.a8_small;
-      run_linear(
-          M, rows, w_->panels, bytes, threads, row_align, large, unit_rows, 1,
-          [&](int64_t a, int64_t b, int64_t, int64_t) {
-            a8_fill(args.x, *w_, call.x, a, b, level_);
+      dispatch(
+          a8_workspace_bytes(*w_, M), unit_rows, 1, large ? paths_.a8_large : paths_.a8_small,
+          [&](void* b) {
+            return A8Call{w_.get(), a8_view(*w_, M, b), y, M};
           },
-          [&](const Slice& s) { fn(call, s.m0, s.m1, s.p0, s.p1); });
+          [&](const A8Call& c, int64_t a, int64_t b, int64_t, int64_t) {
+            a8_fill(args.x, *w_, c.x, a, b, level_);
+          });
     }
   }
 
