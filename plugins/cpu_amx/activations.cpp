@@ -102,7 +102,7 @@ int32_t sum_i8_portable(const int8_t* v, int64_t n) {
 }
 
 void stage_slot_range(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& rk, int64_t m,
-                      int64_t s0, int64_t s1, float* slots);
+                      int64_t s0, int64_t s1, float* slots, size_t first_run = 0);
 
 // Row m of x in the weight's slot order as fp32 (`slots`, Kp values, zero in padding slots);
 // `row` is K values of scratch, used only where the slots take their channels one by one.
@@ -121,13 +121,16 @@ void stage_slots(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& 
 }
 
 // Slots [s0, s1) of row m, each run's share widened straight into place (no staging row and no
-// copy: a call's preparation is on every thread's path). Runs only, not slot_source.
+// copy: a call's preparation is on every thread's path). Runs only, not slot_source. The runs
+// ascend in their slots, so the walk starts at run `first_run` (none before it reaches s0) and
+// stops at the first run past s1.
 void stage_slot_range(const sdk::Matrix& x, const PackedLinear& w, const RowKernels& rk, int64_t m,
-                      int64_t s0, int64_t s1, float* slots) {
+                      int64_t s0, int64_t s1, float* slots, size_t first_run) {
   std::memset(slots + s0, 0, size_t(s1 - s0) * sizeof(float));
   const char* src = x.row<char>(m);
   const size_t bytes = size_t(x.dtype.bits / 8);
-  for (const auto& run : w.runs) {
+  for (size_t j = first_run; j < w.runs.size() && w.runs[j].dst < s1; ++j) {
+    const auto& run = w.runs[j];
     const int64_t lo = std::max<int64_t>(s0, run.dst),
                   hi = std::min<int64_t>(s1, run.dst + run.len);
     if (lo < hi)
@@ -162,13 +165,7 @@ void fixed_chunks(const sdk::Matrix& x, int64_t xrow, const PackedLinear& w, con
       f = rk.to_fixed_from(src + size_t(runs[r].src + s0 - runs[r].dst) * bytes, x.dtype, valid, n,
                            hi + s0, lo + s0);
     } else {
-      std::memset(slots + s0, 0, size_t(n) * sizeof(float));
-      for (size_t j = r; j < runs.size() && runs[j].dst < s0 + n; ++j) {
-        const int64_t from = std::max<int64_t>(s0, runs[j].dst),
-                      to = std::min<int64_t>(s0 + n, runs[j].dst + runs[j].len);
-        rk.widen(src + size_t(runs[j].src + from - runs[j].dst) * bytes, x.dtype, to - from,
-                 slots + from);
-      }
+      stage_slot_range(x, w, rk, xrow, s0, s0 + n, slots, r);
       f = rk.to_fixed(slots + s0, n, hi + s0, lo + s0);
     }
     steps[c] = f.step;

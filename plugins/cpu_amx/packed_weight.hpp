@@ -87,8 +87,8 @@ struct PackedLinear {
   AlignedArray<uint8_t> zeros;                  ///< [panel][group][16]
   AlignedArray<float> bias;                     ///< [Np] or empty
   /// How activations fill the slots. Without act-order a few contiguous runs (slots [dst, dst+len)
-  /// take channels [src, src+len)); with act-order, when runs would be short, `slot_source`
-  /// instead (source channel of every slot, -1 for padding) and `runs` is empty.
+  /// take channels [src, src+len), in slot order); with act-order, when runs would be short,
+  /// `slot_source` instead (source channel of every slot, -1 for padding) and `runs` is empty.
   struct Run {
     int32_t dst, src, len;
   };
