@@ -18,7 +18,7 @@
 // Usage: nibble_probe_tile_unpack_small_m [pairs] [threads,threads,...] [rounds] [cold]
 // Standalone on purpose: each probe is one experiment in one file, so it repeats what it needs
 // of the kernels and of the other probes rather than sharing code with them (but for the
-// tile configuration, full_tiles.hpp).
+// tile configuration, full_tiles.hpp, and the thread-count argument, thread_counts.hpp).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "full_tiles.hpp"
+#include "thread_counts.hpp"
 
 constexpr int kK = 4096, kKTiles = kK / 32, kChunkTiles = 4, kChunks = kKTiles / kChunkTiles;
 constexpr int64_t kAStride = kK * 2 + 64;
@@ -257,16 +258,7 @@ static void measure(const char* what, int round, std::vector<ThreadData>& th, Fn
 int main(int argc, char** argv) {
   syscall(SYS_arch_prctl, 0x1023, 18);
   const int P = argc > 1 ? std::max(2, std::atoi(argv[1]) / 2 * 2) : 8;
-  std::vector<int> counts = {1, 16};
-  if (argc > 2) {
-    counts.clear();
-    std::string list = argv[2];
-    for (size_t at = 0; at < list.size();) {
-      const size_t end = std::min(list.find(',', at), list.size());
-      counts.push_back(std::max(1, std::atoi(list.substr(at, end - at).c_str())));
-      at = end + 1;
-    }
-  }
+  const std::vector<int> counts = thread_counts(argc > 2 ? argv[2] : nullptr);
   const int rounds = argc > 3 ? std::max(1, std::atoi(argv[3])) : 3;
   const bool cold = argc > 4 && std::string(argv[4]) == "cold";
   using Hot = double (*)(ThreadData&, int);

@@ -22,7 +22,8 @@
 // Reported: ns per step (one k-tile: two products and two B tiles of work) per thread, mean and
 // slowest thread.
 // Usage: nibble_probe_tile_vector_overlap [threads,threads,...] [rounds]
-// Standalone on purpose: each probe is one experiment in one file (but for full_tiles.hpp).
+// Standalone on purpose: each probe is one experiment in one file (but for full_tiles.hpp and
+// thread_counts.hpp).
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "full_tiles.hpp"
+#include "thread_counts.hpp"
 
 constexpr int kK = 4096, kKTiles = kK / 32, kChunkTiles = 4;
 constexpr int64_t kAStride = kK * 2 + 64;
@@ -241,16 +243,7 @@ int main(int argc, char** argv) {
   // Without AMX (the permission is refused) only the vector work alone runs.
   const bool tiles = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
   const bool vbmi = __builtin_cpu_supports("avx512vbmi");  // unpack-ms
-  std::vector<int> counts = {1, 16};
-  if (argc > 1) {
-    counts.clear();
-    std::string list = argv[1];
-    for (size_t at = 0; at < list.size();) {
-      const size_t end = std::min(list.find(',', at), list.size());
-      counts.push_back(std::max(1, std::atoi(list.substr(at, end - at).c_str())));
-      at = end + 1;
-    }
-  }
+  const std::vector<int> counts = thread_counts(argc > 1 ? argv[1] : nullptr);
   const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
   using Fn = double (*)(ThreadData&, int);
   const std::pair<const char*, Fn> variants[] = {
