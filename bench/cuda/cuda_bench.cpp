@@ -38,6 +38,7 @@ struct Options {
   int tile_rows = 0;     // the small-M kernel's rows per tile (8 or 16); 0: its own choice
   bool overlap = true;   // the small-M kernel may start while the previous call finishes
   int weight_ring = -1;  // the small-M kernel's weight ring (0 registers, 2-6 batches); -1: its own
+  int wgmma_tma = -1;    // the warpgroup kernel's copies: 1 TMA, 0 cp.async; -1: its own choice
   std::string json, plugin = std::string(NIBBLE_PLUGIN_BUILD_DIR) + "/libnibble_cuda.so";
 };
 
@@ -84,6 +85,10 @@ Options parse(int argc, char** argv) {
       if (o.weight_ring < 0 || o.weight_ring == 1 || o.weight_ring > kStreamMaxRing)
         throw std::runtime_error("--weight-ring takes 0 or 2-" + std::to_string(kStreamMaxRing) +
                                  ", not " + std::to_string(o.weight_ring));
+    } else if (a == "--wgmma-tma") {
+      o.wgmma_tma = int(std::stoi(value()));
+      if (o.wgmma_tma != 0 && o.wgmma_tma != 1)
+        throw std::runtime_error("--wgmma-tma takes 0 or 1, not " + std::to_string(o.wgmma_tma));
     } else if (a == "--moe-shape") {
       const std::vector<int64_t> v = int_list(value());
       if (v.size() != 4 || v[0] < 1 || v[0] > 4096 || v[1] < 1 || v[1] > v[0] || v[2] < 1 ||
@@ -113,7 +118,7 @@ Options parse(int argc, char** argv) {
       throw std::runtime_error(
           "unknown option " + a +
           " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 --no-overlap "
-          "--weight-ring 0|2-6 "
+          "--weight-ring 0|2-6 --wgmma-tma 0|1 "
           "--no-moe --moe-only --moe-shape E,TOPK,K,I --peak-tbs T --plugin PATH)");
     }
   }
@@ -221,7 +226,12 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
         if (dequant) {
           dequant_gemm(i, plan_dequant_gemm(a));
         } else if (large == LargeM::wgmma) {
-          check_cuda(launch_marlin_wgmma(a, WgmmaConfig{}, dev.stream), "launch_marlin_wgmma");
+          WgmmaConfig c;
+          if (o.wgmma_tma >= 0) {
+            c = choose_wgmma_config(a, fit);
+            c.tma = o.wgmma_tma == 1;
+          }
+          check_cuda(launch_marlin_wgmma(a, c, dev.stream), "launch_marlin_wgmma");
         } else if ((o.tile_rows != 0 || !o.overlap || o.weight_ring >= 0) &&
                    !(M > 64 && tiled_takes(a))) {
           StreamConfig c = choose_stream_config(a, dev.sms);
@@ -348,20 +358,28 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
           const WgmmaConfig chosen = choose_wgmma_config(a, wgmma_fit());
           std::printf("  wgmma (chosen R%d %sC%d):", chosen.rows, chosen.paired ? "P" : "",
                       chosen.cluster);
+          // Two fragment sets with and without the TMA copies ("T"), alternating.
           for (int rows : {128, 256})
             for (bool paired : {false, true})
-              for (int C : {1, 2, 3, 4}) {
-                if (rows == 256 && (!paired || M <= 128)) continue;
-                const WgmmaConfig c{C, paired, rows};
-                const double t =
-                    time_calls(o.iters, dev.stream, [&](int i) {
-                      a.w = view(i % copies);
-                      check_cuda(launch_marlin_wgmma(a, c, dev.stream), "launch_marlin_wgmma");
-                    }).device_us;
-                sweep.push_back(
-                    {{"kernel", "wgmma"}, {"paired", paired}, {"C", C}, {"rows", rows}, {"us", t}});
-                std::printf(" %s%sC%d %.1f", rows == 256 ? "R256" : "", paired ? "P" : "", C, t);
-              }
+              for (int C : {1, 2, 3, 4})
+                for (bool tma : {false, true}) {
+                  if (rows == 256 && (!paired || M <= 128)) continue;
+                  if (tma && !paired) continue;
+                  const WgmmaConfig c{C, paired, rows, tma};
+                  const double t =
+                      time_calls(o.iters, dev.stream, [&](int i) {
+                        a.w = view(i % copies);
+                        check_cuda(launch_marlin_wgmma(a, c, dev.stream), "launch_marlin_wgmma");
+                      }).device_us;
+                  sweep.push_back({{"kernel", "wgmma"},
+                                   {"paired", paired},
+                                   {"C", C},
+                                   {"rows", rows},
+                                   {"tma", tma},
+                                   {"us", t}});
+                  std::printf(" %s%s%sC%d %.1f", rows == 256 ? "R256" : "", paired ? "P" : "",
+                              tma ? "T" : "", C, t);
+                }
         }
         if (M >= 16) {
           std::printf("  tiled:");
@@ -395,6 +413,7 @@ int main(int argc, char** argv) {
     out["tile_rows"] = o.tile_rows;      // 0: the kernel's own choice
     out["weight_ring"] = o.weight_ring;  // -1: the kernel's own choice
     out["overlap_previous"] = o.overlap;
+    out["wgmma_tma"] = o.wgmma_tma;  // -1: the kernel's own choice
     out["plugin"] = o.plugin;
     std::printf("%s, %d SMs, L2 %.0f MB; device-to-device copy %.2f TB/s (nominal peak %.1f)\n",
                 dev.name.c_str(), dev.sms, dev.l2_bytes / 1e6, dev.copy_tbs, o.peak_tbs);

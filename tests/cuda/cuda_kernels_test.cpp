@@ -124,8 +124,8 @@ void run_dequant_gemm_case(const LinearCase& c, int64_t chunk_cols, int64_t sum_
   run_marlin_kernel(c, MarlinPath::dequant, chunk_cols, sum_rows);
 }
 void run_wgmma(const LinearCase& c, cuda::WgmmaConfig config = {}) {
-  std::printf("  wgmma: cluster %d%s, %d rows\n", config.cluster, config.paired ? ", paired" : "",
-              config.rows);
+  std::printf("  wgmma: cluster %d%s, %d rows%s\n", config.cluster, config.paired ? ", paired" : "",
+              config.rows, config.tma ? ", TMA" : "");
   run_marlin_kernel(c, MarlinPath::wgmma, 0, 0, config);
 }
 
@@ -434,13 +434,14 @@ TEST(CudaMarlinWgmma, RowsDtypesGroupingsAndTails) {
   // and without bias, and rows over more than one block of either height.
   for (int rows : {128, 256})
     for (bool paired : {false, true})
-      for (int C : {1, 2, 3, 4}) {
-        if (rows == 256 && !paired) continue;
-        const cuda::WgmmaConfig config{C, paired, rows};
-        run_wgmma({spec(1280, 320, 4, 128, true, false, f16, 85), 200, bf16}, config);
-        run_wgmma({spec(128, 128, 4, 64, false, false, bf16, 86), 77, f16}, config);
-        run_wgmma({spec(1024, 256, 4, 128, false, false, bf16, 87), 600, f16}, config);
-      }
+      for (int C : {1, 2, 3, 4})
+        for (bool tma : {false, true}) {
+          if ((rows == 256 && !paired) || (tma && !paired)) continue;
+          const cuda::WgmmaConfig config{C, paired, rows, tma};
+          run_wgmma({spec(1280, 320, 4, 128, true, false, f16, 85), 200, bf16}, config);
+          run_wgmma({spec(128, 128, 4, 64, false, false, bf16, 86), 77, f16}, config);
+          run_wgmma({spec(1024, 256, 4, 128, false, false, bf16, 87), 600, f16}, config);
+        }
 }
 
 // Every weight the warpgroup-MMA kernel multiplies is (q − z)·s rounded once to x's dtype (with an
@@ -459,7 +460,8 @@ TEST(CudaMarlinWgmma, DequantizesEveryWeightRoundedOnce) {
       for (bool sym : {true, false})
         for (int gs : {64, 128, -1})
           for (const cuda::WgmmaConfig config :
-               {cuda::WgmmaConfig{}, cuda::WgmmaConfig{2, true, 256}}) {
+               {cuda::WgmmaConfig{}, cuda::WgmmaConfig{2, true, 256, false},
+                cuda::WgmmaConfig{2, true, 256, true}, cuda::WgmmaConfig{1, true, 128, true}}) {
             const LinearCase c{spec(K, N, 4, gs, sym, false, scales, seed += 2), K, act};
             const CanonicalWeight w = random_weight(c.spec);
             const cuda::MarlinStack stack(
@@ -490,7 +492,7 @@ TEST(CudaMarlinWgmma, DequantizesEveryWeightRoundedOnce) {
                                 static_cast<long long>(m), static_cast<long long>(n), got, want);
               }
             EXPECT_EQ(wrong, 0) << c.label() << " rows " << config.rows << " C" << config.cluster
-                                << ": first " << first;
+                                << (config.tma ? " TMA" : "") << ": first " << first;
           }
 }
 

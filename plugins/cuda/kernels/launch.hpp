@@ -126,6 +126,11 @@ struct WgmmaConfig {
   bool paired = false;
   /// Activation rows per block: 128, or 256 (two fragment sets only).
   int rows = 128;
+  /// With two fragment sets: a copying warpgroup copies each stage with the tensor memory
+  /// accelerator and the computing warps wait on the stage's transaction barrier (else every
+  /// thread copies with cp.async and the block meets at a barrier every stage). Ignored where the
+  /// driver has no tensor maps.
+  bool tma = true;
 };
 
 /// How many clusters of 1..4 blocks of the one-block-per-SM kernels (two fragment sets, or 256

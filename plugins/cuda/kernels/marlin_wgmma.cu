@@ -6,7 +6,8 @@
 // rounded once to the activations' dtype — the weight a bf16/f16 model holds, and the same
 // rounding as the dequantize-then-cuBLAS path (docs/formats.md, scale precision) — so the MMA
 // accumulates over all of K with no per-group epilogue. The activations are the B operand: 128
-// or 256 rows × 64 input channels per stage, copied with cp.async into 128-byte-swizzled shared
+// or 256 rows × 64 input channels per stage, copied with cp.async (or by a copying warpgroup
+// with the tensor memory accelerator) into 128-byte-swizzled shared
 // memory that the MMA reads through a descriptor; the stage's packed weights, scales and zero
 // points ride along. A block is two warpgroups (two runs, 128 outputs) × 128 or 256 rows; K may
 // be split over a cluster of blocks whose fp32 sums meet in distributed shared memory, which is
@@ -26,6 +27,8 @@
 #include "launch.hpp"
 #include "marlin_lane.cuh"
 #include "mma.cuh"
+#include "tensor_maps.hpp"
+#include "tma.cuh"
 #include "wgmma.cuh"
 
 namespace nibble::cuda {
@@ -36,6 +39,11 @@ namespace {
 
 constexpr int kRuns = 2;  // 64-wide runs per block, one per warpgroup
 constexpr int kThreads = 128 * kRuns;
+// The TMA form adds a copying warpgroup: one lane issues the copies, and the group gives its
+// registers to the computing ones (setmaxnreg), so 12 warps fit a multiprocessor's registers with
+// 232 per computing thread.
+constexpr int kTmaThreads = kThreads + 128;
+constexpr int kCopyRegs = 40, kMmaRegs = 232;
 constexpr int kStageK = 64;  // input channels per stage: one 128-byte row of 16-bit values
 constexpr int kSlabs = kStageK / 16;
 constexpr int kStages = 5;
@@ -52,7 +60,8 @@ template <int ROWS>
 struct Tile {
   static constexpr int kXBytes = ROWS * kStageK * 2;            // a multiple of the 1024-byte atom
   static constexpr int kStageBytes = kXBytes + kWBytes + 1024;  // + scales, zero points
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the atoms
+  // + slack to align the atoms, + the copy pipeline's barriers
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 2 * kStages * 8;
   static_assert(kStageBytes % 1024 == 0, "every stage's activations must start on an atom");
   static_assert(ROWS * kSumLd * 4 <= kStages * kStageBytes, "the sums reuse the pipeline");
 };
@@ -93,10 +102,15 @@ __device__ __forceinline__ uint32_t scaled(uint32_t exact, float s) {
 // the stages [first, last) of its cluster rank; S is the scales' dtype. PAIRED keeps two sets of A
 // fragments so that a warpgroup dequantizes the next stage while the MMAs of this one run (more
 // registers: one block per multiprocessor); otherwise one set, waited for at the end of each stage,
-// and two blocks per multiprocessor overlap each other.
-template <class T, bool PAIRED, DType S, int ROWS>
-__global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
-    marlin_wgmma_kernel(const GemmArgs a, int cluster) {
+// and two blocks per multiprocessor overlap each other. TMA: a copying warpgroup (one lane) copies
+// each stage (x and the weights as one tensor-map box each, x already swizzled; scales and zero
+// points as bulk copies) and the stage's barrier counts its bytes, so no other thread issues a copy
+// and the warps meet at no block barrier inside the loop: a warp waits only for its stage's bytes,
+// and a buffer is refilled once every warp has said its MMAs are done with it. Otherwise every
+// thread issues cp.async copies and the block meets at a barrier once per stage.
+template <class T, bool PAIRED, DType S, int ROWS, bool TMA>
+__device__ __forceinline__ void wgmma_block(const GemmArgs& a, int cluster,
+                                            const CUtensorMap* x_map, const CUtensorMap* w_map) {
 #if NIBBLE_WGMMA
   constexpr int kRows = ROWS, kXBytes = Tile<ROWS>::kXBytes;
   constexpr int kStageBytes = Tile<ROWS>::kStageBytes;
@@ -169,6 +183,31 @@ __global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
                          w.zeros + (ok ? grp * (w.N / 8) + n0 / 8 + 4 * c : 0), ok ? 16 : 0);
     }
   };
+  // TMA: full[b] completes when buffer b's copies have landed, empty[b] when all 8 warps are done
+  // with the stage it held. A run past N is not copied: its warpgroup's sums are never stored.
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint64_t* const empty = full + kStages;
+  const int valid_runs = n0 + 64 < w.N ? 2 : 1;
+  const uint32_t stage_tx = uint32_t(kXBytes + kWBytes + valid_runs * 64 * s_size +
+                                     (w.zeros != nullptr ? valid_runs * 32 : 0));
+  auto produce = [&](int i) {
+    const int b = i % kStages;
+    uint8_t* base = smem + b * kStageBytes;
+    if (i >= kStages) device::mbarrier_wait(&empty[b], uint32_t((i / kStages - 1) & 1));
+    const int st = first + i;
+    const int64_t grp = load_group;
+    if (--load_left == 0) ++load_group, load_left = group_stages;
+    device::mbarrier_arrive_expect_tx(&full[b], stage_tx);
+    device::tensor_copy_2d(base, x_map, st * kStageK, int(m0), &full[b]);
+    // The stage's 4 slab rows × both runs' 512 bytes (a run past N reads zeros).
+    device::tensor_copy_2d(base + kXBytes, w_map, int(n0 / 64) * 128, st * kSlabs, &full[b]);
+    device::bulk_copy(base + kXBytes + kWBytes,
+                      static_cast<const char*>(w.scales) + (grp * w.N + n0) * s_size,
+                      uint32_t(valid_runs * 64 * s_size), &full[b]);
+    if (w.zeros != nullptr)
+      device::bulk_copy(base + kXBytes + kWBytes + kScaleBytes, w.zeros + grp * (w.N / 8) + n0 / 8,
+                        uint32_t(valid_runs * 32), &full[b]);
+  };
 
   // This lane's A rows are outputs 16·warp + g and + 8 of its run: n8 tiles 2·warp and 2·warp + 1.
   // A run past N reads zero scales (its copies were zero-filled); without zero points the words
@@ -195,11 +234,15 @@ __global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
   };
   // The stage's four A fragments: slab i's word `warp` of this lane, (q − z)·s rounded once.
   auto dequant_stage = [&](const uint8_t* base, const Channel& c, uint32_t(&frag)[kSlabs][4]) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(base + kXBytes + wg * kSlabs * 512);
+    // cp.async: [run][slab][lane][4 words]; TMA: [slab][run][lane][4 words] (one box of the
+    // weight's rows of slabs).
+    constexpr int kSlabWords = TMA ? kRuns * 128 : 128;
+    const uint32_t* words =
+        reinterpret_cast<const uint32_t*>(base + kXBytes + wg * (TMA ? 512 : kSlabs * 512));
 #pragma unroll
     for (int i = 0; i < kSlabs; ++i) {
       uint32_t b0[2], b1[2];
-      device::dequant4<T>(words[(i * 32 + lane) * 4 + warp], c.z0, c.z1, b0, b1);
+      device::dequant4<T>(words[i * kSlabWords + lane * 4 + warp], c.z0, c.z1, b0, b1);
       // A rows g (tile 2·warp, scale s0) and g + 8 (tile 2·warp + 1, scale s1).
       frag[i][0] = scaled<T>(b0[0], c.s0);
       frag[i][1] = scaled<T>(b1[0], c.s1);
@@ -223,27 +266,63 @@ __global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
   // PAIRED: MMAs of stage i - 1 may run during stage i, so a buffer is refilled two stages after
   // its MMAs were issued (lookahead kStages - 2); otherwise one stage after (kStages - 1).
   constexpr int kAhead = PAIRED ? kStages - 2 : kStages - 1;
+  if constexpr (TMA) {
+    if (tid == 0) {
+      for (int b = 0; b < kStages; ++b) {
+        device::mbarrier_init(&full[b], 1);
+        device::mbarrier_init(&empty[b], kThreads / 32);
+      }
+      device::fence_mbarrier_init();
+    }
+    __syncthreads();
+  } else {
 #pragma unroll
-  for (int i = 0; i < kAhead; ++i) {
-    if (i < count) load_stage(i);
-    device::cp_async_commit();
+    for (int i = 0; i < kAhead; ++i) {
+      if (i < count) load_stage(i);
+      device::cp_async_commit();
+    }
   }
   uint32_t frag[PAIRED ? 2 : 1][kSlabs][4];
   auto run_stage = [&](int i, uint32_t(&f)[kSlabs][4]) {
-    device::cp_async_wait<kAhead - 1>();
-    device::fence_proxy_async_shared();  // the copies are generic writes; the MMAs read async
-    __syncthreads();  // stage i is in; no warp still reads the buffer refilled next
-    if (i + kAhead < count) load_stage(i + kAhead);
-    device::cp_async_commit();
+    if constexpr (TMA) {
+      device::mbarrier_wait(&full[i % kStages], uint32_t((i / kStages) & 1));
+    } else {
+      device::cp_async_wait<kAhead - 1>();
+      device::fence_proxy_async_shared();  // the copies are generic writes; the MMAs read async
+      __syncthreads();  // stage i is in; no warp still reads the buffer refilled next
+      if (i + kAhead < count) load_stage(i + kAhead);
+      device::cp_async_commit();
+    }
     const uint8_t* base = smem + (i % kStages) * kStageBytes;
     dequant_stage(base, load_channel(base), f);
     issue_stage(base, f, acc);
     if constexpr (PAIRED) {
       device::wgmma_wait<1>();  // stage i - 1's MMAs are done: its fragments and buffer are free
+      if (TMA && lane == 0 && i > 0) device::mbarrier_arrive(&empty[(i - 1) % kStages]);
     } else {
       device::wgmma_wait<0>();
+      if (TMA && lane == 0) device::mbarrier_arrive(&empty[i % kStages]);
     }
   };
+  cg::cluster_group cl = cg::this_cluster();
+  if constexpr (TMA) {
+    if (tid >= kThreads) {
+      // The copying warpgroup: one lane fills the buffers in stage order, each once its last
+      // stage's MMAs are done; then the group meets the block's barriers below and leaves.
+      device::setmaxnreg_dec<kCopyRegs>();
+      if (tid == kThreads)
+        for (int i = 0; i < count; ++i) produce(i);
+      __syncthreads();  // the sums' barrier
+      if (cluster > 1) {
+        cl.sync();
+        cl.sync();
+      } else {
+        __syncthreads();
+      }
+      return;
+    }
+    device::setmaxnreg_inc<kMmaRegs>();
+  }
   if constexpr (PAIRED) {
     int i = 0;
     for (; i + 1 < count; i += 2) {
@@ -257,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
   device::wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < kRows / 2; ++i) device::fence_register(acc[i]);
-  device::cp_async_wait<0>();
+  if constexpr (!TMA) device::cp_async_wait<0>();  // TMA: every copy was waited for
   __syncthreads();  // the pipeline's shared memory becomes the block's fp32 sums
 
   // acc[4j + e]: output 16·warp + g (+ 8 for e ≥ 2) of the run, row 8j + 2t (+ 1 for odd e).
@@ -271,7 +350,6 @@ __global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
     sums[r * kSumLd + o + 8] = acc[4 * j + 2];
     sums[(r + 1) * kSumLd + o + 8] = acc[4 * j + 3];
   }
-  cg::cluster_group cl = cg::this_cluster();
   if (cluster > 1) {
     cl.sync();
   } else {
@@ -317,38 +395,76 @@ __global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
 }
 
 template <class T, bool PAIRED, DType S, int ROWS>
+__global__ void __launch_bounds__(kThreads, PAIRED || ROWS > 128 ? 1 : 2)
+    marlin_wgmma_kernel(const GemmArgs a, int cluster) {
+  wgmma_block<T, PAIRED, S, ROWS, false>(a, cluster, nullptr, nullptr);
+}
+
+// The TMA form: 8 computing warps and a copying warpgroup. The launch bound compiles for 168
+// registers a thread; setmaxnreg then moves them to the computing warps (kMmaRegs). A ninth warp
+// alone does not fit: a multiprocessor's four register quarters would hold three warps in one of
+// them, at most 170 registers each.
+template <class T, DType S, int ROWS>
+__global__ void __launch_bounds__(kTmaThreads, 1)
+    marlin_wgmma_tma_kernel(const GemmArgs a, int cluster,
+                            const __grid_constant__ CUtensorMap x_map,
+                            const __grid_constant__ CUtensorMap w_map) {
+  wgmma_block<T, true, S, ROWS, true>(a, cluster, &x_map, &w_map);
+}
+
+template <class T, bool PAIRED, DType S, int ROWS, bool TMA>
 cudaError_t launch_scaled(const GemmArgs& a, int cluster, cudaStream_t stream) {
   constexpr int kRows = ROWS, kSmemBytes = Tile<ROWS>::kSmemBytes;
-  auto kernel = marlin_wgmma_kernel<T, PAIRED, S, ROWS>;
-  if (cudaError_t e =
-          device::allow_shared_memory<marlin_wgmma_kernel<T, PAIRED, S, ROWS>>(kSmemBytes);
-      e != cudaSuccess)
-    return e;
   const int64_t col_blocks = (a.w.N + 64 * kRuns - 1) / (64 * kRuns);
   const int64_t row_blocks = (a.M + kRows - 1) / kRows;
   if (col_blocks * cluster > int64_t(INT32_MAX) || row_blocks > 65535) return cudaErrorInvalidValue;
-  return device::launch_clustered(kernel,
-                                  dim3(unsigned(col_blocks * cluster), unsigned(row_blocks)),
-                                  dim3(kThreads), kSmemBytes, stream, cluster, a, cluster);
-}
-
-template <class T, bool PAIRED, int ROWS>
-cudaError_t launch_rows(const GemmArgs& a, int cluster, cudaStream_t stream) {
-  switch (a.w.scale_dtype) {
-    case DType::f32:
-      return launch_scaled<T, PAIRED, DType::f32, ROWS>(a, cluster, stream);
-    case DType::bf16:
-      return launch_scaled<T, PAIRED, DType::bf16, ROWS>(a, cluster, stream);
-    default:
-      return launch_scaled<T, PAIRED, DType::f16, ROWS>(a, cluster, stream);
+  const dim3 grid(unsigned(col_blocks * cluster), unsigned(row_blocks));
+  if constexpr (TMA) {
+    auto kernel = marlin_wgmma_tma_kernel<T, S, ROWS>;
+    if (cudaError_t e =
+            device::allow_shared_memory<marlin_wgmma_tma_kernel<T, S, ROWS>>(kSmemBytes);
+        e != cudaSuccess)
+      return e;
+    // wgmma_takes admits only what the maps can describe; should the driver still refuse one,
+    // the cp.async form runs the call.
+    CUtensorMap x_map{}, w_map{};
+    if (!encode_x_map(a, kStageK, kRows, &x_map) || !encode_w_map(a, kRuns, kSlabs, &w_map))
+      return launch_scaled<T, PAIRED, S, ROWS, false>(a, cluster, stream);
+    return device::launch_clustered(kernel, grid, dim3(kTmaThreads), kSmemBytes, stream, cluster, a,
+                                    cluster, x_map, w_map);
+  } else {
+    auto kernel = marlin_wgmma_kernel<T, PAIRED, S, ROWS>;
+    if (cudaError_t e =
+            device::allow_shared_memory<marlin_wgmma_kernel<T, PAIRED, S, ROWS>>(kSmemBytes);
+        e != cudaSuccess)
+      return e;
+    return device::launch_clustered(kernel, grid, dim3(kThreads), kSmemBytes, stream, cluster, a,
+                                    cluster);
   }
 }
 
+template <class T, bool PAIRED, int ROWS, bool TMA>
+cudaError_t launch_rows(const GemmArgs& a, int cluster, cudaStream_t stream) {
+  switch (a.w.scale_dtype) {
+    case DType::f32:
+      return launch_scaled<T, PAIRED, DType::f32, ROWS, TMA>(a, cluster, stream);
+    case DType::bf16:
+      return launch_scaled<T, PAIRED, DType::bf16, ROWS, TMA>(a, cluster, stream);
+    default:
+      return launch_scaled<T, PAIRED, DType::f16, ROWS, TMA>(a, cluster, stream);
+  }
+}
+
+// TMA variants only for the one-block-per-SM kernels (two fragment sets).
 template <class T>
 cudaError_t launch_typed(const GemmArgs& a, const WgmmaConfig& c, cudaStream_t stream) {
-  if (c.rows == 256) return launch_rows<T, true, 256>(a, c.cluster, stream);
-  return c.paired ? launch_rows<T, true, 128>(a, c.cluster, stream)
-                  : launch_rows<T, false, 128>(a, c.cluster, stream);
+  const bool tma = c.tma && tensor_maps_available();
+  if (c.rows == 256)
+    return tma ? launch_rows<T, true, 256, true>(a, c.cluster, stream)
+               : launch_rows<T, true, 256, false>(a, c.cluster, stream);
+  if (!c.paired) return launch_rows<T, false, 128, false>(a, c.cluster, stream);
+  return tma ? launch_rows<T, true, 128, true>(a, c.cluster, stream)
+             : launch_rows<T, true, 128, false>(a, c.cluster, stream);
 }
 
 // The clusters of the one-block-per-SM kernels that fit at once, asked of the occupancy
@@ -356,9 +472,9 @@ cudaError_t launch_typed(const GemmArgs& a, const WgmmaConfig& c, cudaStream_t s
 // registers already allow one block per SM, and the dtypes change neither).
 WgmmaFit query_fit() {
   WgmmaFit fit;
-  auto kernel = marlin_wgmma_kernel<__nv_bfloat16, true, DType::f16, 256>;
+  auto kernel = marlin_wgmma_tma_kernel<__nv_bfloat16, DType::f16, 256>;
   constexpr int kSmemBytes = Tile<256>::kSmemBytes;
-  if (device::allow_shared_memory<marlin_wgmma_kernel<__nv_bfloat16, true, DType::f16, 256>>(
+  if (device::allow_shared_memory<marlin_wgmma_tma_kernel<__nv_bfloat16, DType::f16, 256>>(
           kSmemBytes) != cudaSuccess)
     return fit;
   for (int c = 1; c <= kMaxCluster; ++c) {
@@ -369,7 +485,7 @@ WgmmaFit query_fit() {
     attribute[0].val.clusterDim.y = 1;
     attribute[0].val.clusterDim.z = 1;
     config.gridDim = dim3(unsigned(c), 1, 1);
-    config.blockDim = dim3(kThreads, 1, 1);
+    config.blockDim = dim3(kTmaThreads, 1, 1);
     config.dynamicSmemBytes = kSmemBytes;
     config.attrs = attribute;
     config.numAttrs = 1;

@@ -29,6 +29,23 @@ __device__ __forceinline__ uint64_t swizzled_kmajor_desc(const void* smem) {
          | (uint64_t(1) << 62);         // 128-byte swizzle
 }
 
+/// Lowers this warpgroup's registers per thread to N (a multiple of 8, 24..256), returning them
+/// to the multiprocessor for setmaxnreg_inc; every warp of the warpgroup executes it.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if NIBBLE_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+/// Raises this warpgroup's registers per thread to N, waiting until the multiprocessor has them.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if NIBBLE_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 /// Orders this thread's earlier register writes (A fragments, accumulators) before the warpgroup
 /// MMAs that follow.
 __device__ __forceinline__ void wgmma_fence() {
