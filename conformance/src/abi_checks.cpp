@@ -171,7 +171,8 @@ void check_entry_twice(const SuiteContext& ctx, CheckResult& r) {
 }
 
 // A plugin whose kernels run on a device must give device memory of that type that allocates,
-// copies both ways and synchronizes (the kit stages every device kernel's tensors through it).
+// copies both ways and synchronizes (the kit stages every device kernel's tensors through it);
+// where it offers events, they time those copies and refuse to time events never recorded.
 void check_device_memory(const SuiteContext& ctx, CheckResult& r) {
   const nibble_plugin& p = ctx.plugin.desc;
   std::set<int32_t> types;
@@ -209,12 +210,31 @@ void check_device_memory(const SuiteContext& ctx, CheckResult& r) {
         const char sent[32] = "nibble conformance device bytes";
         char back[32] = {};
         sdk::host::DeviceBuffer buffer = device.alloc(sizeof sent);
+        sdk::host::DeviceEvent start, end;
+        if (device.has_events()) {
+          start = device.event();
+          end = device.event();
+          const nibble_status unrecorded =
+              status_of([&] { (void)device.elapsed_seconds(start, end); }, nullptr);
+          if (unrecorded == NIBBLE_OK)
+            throw sdk::host::CallError(NIBBLE_INTERNAL, "device event elapsed",
+                                       "timed two events never recorded without an error");
+          start.record(nullptr);
+        }
         buffer.upload(sent, sizeof sent, nullptr);
         buffer.download(back, sizeof back, nullptr);
+        if (end.get()) end.record(nullptr);
         device.synchronize(nullptr);
         if (std::memcmp(sent, back, sizeof sent) != 0)
           throw sdk::host::CallError(NIBBLE_INTERNAL, "device copy",
                                      "the bytes copied back differ from those copied in");
+        if (end.get()) {
+          const double seconds = device.elapsed_seconds(start, end);
+          if (!(seconds >= 0 && seconds < 60))
+            throw sdk::host::CallError(NIBBLE_INTERNAL, "device event elapsed",
+                                       "two copies of 32 bytes took " + std::to_string(seconds) +
+                                           " s between their events");
+        }
       },
       &message);
   if (s != NIBBLE_OK) return fail(r, "a device memory round trip failed: " + message);
@@ -224,7 +244,9 @@ void check_device_memory(const SuiteContext& ctx, CheckResult& r) {
                        "says the backend is available");
   r.message = std::to_string(count) + " " + sdk::device_type_name(device.dl_device().device_type) +
               " device(s); alloc, copy both ways and synchronize work on device 0, where the "
-              "device kernels' tensors are staged";
+              "device kernels' tensors are staged; " +
+              (device.has_events() ? "its events time the copies"
+                                   : "no events (hosts time it on their own clock)");
 }
 
 // A host with a smaller descriptor than this one (an older or leaner host): the plugin must not

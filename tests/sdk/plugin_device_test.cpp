@@ -1,7 +1,9 @@
 // The plugin side of devices (ABI 1.3), driven through the C tables the glue makes: a kernel's
 // device type and the backend's device memory reach a 1.3 host and stay hidden from older ones,
 // layers on another device are refused with a reason, forward's tensors must be on the kernel's
-// device, and the stream reaches the kernel.
+// device, and the stream reaches the kernel. Device memory's events reach the backend through the
+// C table and the host's Device, and a table with some of them only is refused with a reason.
+#include <nibble/sdk/host/device.hpp>
 #include <nibble/sdk/plugin.hpp>
 
 #include <gmock/gmock.h>
@@ -92,6 +94,43 @@ struct DeviceBackend : sdk::Backend {
   }
   sdk::DeviceMemory* device_memory() override { return &memory; }
   CountingMemory memory;
+};
+
+// CountingMemory with events whose clock the test sets: an event takes `clock` when recorded.
+class TimedMemory : public CountingMemory {
+ public:
+  struct Event {
+    double at = 0;
+    bool recorded = false;
+  };
+  bool has_events() const override { return true; }
+  void* event_create(int) override {
+    ++live_events;
+    return new Event;
+  }
+  void event_destroy(int, void* e) noexcept override {
+    --live_events;
+    delete static_cast<Event*>(e);
+  }
+  void event_record(int, void* e, void* stream) override {
+    static_cast<Event*>(e)->at = clock;
+    static_cast<Event*>(e)->recorded = true;
+    recorded_on = stream;
+  }
+  double event_elapsed(int, void* start, void* end) override {
+    const Event &a = *static_cast<Event*>(start), &b = *static_cast<Event*>(end);
+    if (!a.recorded || !b.recorded)
+      throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT, "an event was never recorded");
+    return b.at - a.at;
+  }
+  double clock = 0;
+  int live_events = 0;
+  void* recorded_on = nullptr;
+};
+
+struct TimedBackend : DeviceBackend {
+  sdk::DeviceMemory* device_memory() override { return &timed; }
+  TimedMemory timed;
 };
 
 struct NoMemoryBackend : DeviceBackend {
@@ -280,6 +319,88 @@ TEST(PluginDevice, DeviceMemoryCallsReachTheBackendAndErrorsBecomeStatuses) {
   EXPECT_EQ(m.alloc(ctx, 0, 0, &none, &err), NIBBLE_INVALID_ARGUMENT);
   auto* load = static_cast<sdk::detail::Load<DeviceBackend>*>(ctx);
   EXPECT_TRUE(load->backend->memory.live.empty());
+}
+
+TEST(PluginDevice, EventsReachTheBackendAndTimeQueuedWork) {
+  Entered<TimedBackend> p(3);
+  ASSERT_EQ(p.status, NIBBLE_OK);
+  const nibble_device_memory& m = *p.plugin.device_memory;
+  void* ctx = p.plugin.plugin_context;
+  ASSERT_EQ(sdk::host::Device::events_in(m), 4);
+  TimedMemory& memory = static_cast<sdk::detail::Load<TimedBackend>*>(ctx)->backend->timed;
+  nibble_error err{};
+  err.struct_size = sizeof err;
+  void *a = nullptr, *b = nullptr;
+  ASSERT_EQ(m.event_create(ctx, 0, &a, &err), NIBBLE_OK);
+  ASSERT_EQ(m.event_create(ctx, 0, &b, &err), NIBBLE_OK);
+  double seconds = -1;
+  EXPECT_EQ(m.event_elapsed(ctx, 0, a, b, &seconds, &err), NIBBLE_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message, "an event was never recorded");
+  EXPECT_EQ(m.event_elapsed(ctx, 0, a, b, nullptr, &err), NIBBLE_INVALID_ARGUMENT);
+  EXPECT_EQ(m.event_create(ctx, 0, nullptr, &err), NIBBLE_INVALID_ARGUMENT);
+  int stream = 0;
+  memory.clock = 1.0;
+  EXPECT_EQ(m.event_record(ctx, 0, a, &stream, &err), NIBBLE_OK);
+  EXPECT_EQ(memory.recorded_on, &stream);
+  memory.clock = 1.25;
+  EXPECT_EQ(m.event_record(ctx, 0, b, nullptr, &err), NIBBLE_OK);
+  EXPECT_EQ(m.event_elapsed(ctx, 0, a, b, &seconds, &err), NIBBLE_OK);
+  EXPECT_DOUBLE_EQ(seconds, 0.25);
+  m.event_destroy(ctx, 0, a);
+  m.event_destroy(ctx, 0, b);
+  EXPECT_EQ(memory.live_events, 0);
+
+  // The same through the host's Device, whose events go when their values do.
+  const sdk::host::Device device = sdk::host::device_of(p.plugin, 0);
+  ASSERT_TRUE(device.has_events());
+  {
+    const sdk::host::DeviceEvent start = device.event(), end = device.event();
+    EXPECT_EQ(memory.live_events, 2);
+    EXPECT_THROW(device.elapsed_seconds(start, end), sdk::host::CallError);
+    memory.clock = 3.0;
+    start.record(nullptr);
+    memory.clock = 3.5;
+    end.record(nullptr);
+    EXPECT_DOUBLE_EQ(device.elapsed_seconds(start, end), 0.5);
+  }
+  EXPECT_EQ(memory.live_events, 0);
+}
+
+TEST(PluginDevice, DeviceMemoryWithoutEventsOffersNone) {
+  Entered<DeviceBackend> p(3);
+  ASSERT_EQ(p.status, NIBBLE_OK);
+  const nibble_device_memory& m = *p.plugin.device_memory;
+  EXPECT_EQ(m.event_create, nullptr);
+  EXPECT_EQ(m.event_elapsed, nullptr);
+  EXPECT_EQ(sdk::host::device_memory_problem(p.plugin), "");
+  const sdk::host::Device device = sdk::host::device_of(p.plugin, 0);
+  ASSERT_TRUE(device);
+  EXPECT_FALSE(device.has_events());
+  try {
+    (void)device.event();
+    ADD_FAILURE() << "an event from a device without events";
+  } catch (const sdk::host::CallError& e) {
+    EXPECT_EQ(e.status(), NIBBLE_UNSUPPORTED);
+    EXPECT_THAT(e.what(), HasSubstr("this device has no events"));
+  }
+}
+
+// A table that ends at synchronize (a plugin built before the events) has none and is usable; one
+// with some of the four calls is refused, with the count, by the host's check of the table.
+TEST(PluginDevice, EventCallsAreAllOrNone) {
+  Entered<TimedBackend> p(3);
+  ASSERT_EQ(p.status, NIBBLE_OK);
+  nibble_device_memory table = *p.plugin.device_memory;
+  nibble_plugin plugin = p.plugin;
+  plugin.device_memory = &table;
+  table.struct_size = uint32_t(offsetof(nibble_device_memory, event_create));
+  EXPECT_EQ(sdk::host::device_memory_problem(plugin), "");
+  EXPECT_FALSE(sdk::host::device_of(plugin, 0).has_events());
+  table.struct_size = sizeof table;
+  EXPECT_TRUE(sdk::host::device_of(plugin, 0).has_events());
+  table.event_record = nullptr;
+  EXPECT_THAT(sdk::host::device_memory_problem(plugin), HasSubstr("has 3 of the four event calls"));
+  EXPECT_FALSE(sdk::host::device_of(plugin, 0)) << "a refused table gives no device";
 }
 
 }  // namespace

@@ -11,7 +11,8 @@
 // does); "leak" starts one per load at its first allocation and never joins it (a plugin bug).
 // NIBBLE_MOCKDEV_SYNC_US makes every synchronize take that long, as waiting for queued work does,
 // and NIBBLE_MOCKDEV_FORWARD_US every forward (the bench tests use them to see how often the bench
-// waits and how many calls a sample of a long call runs).
+// waits and how many calls a sample of a long call runs). Its events take the host's clock when
+// recorded (its work runs as it is queued); NIBBLE_MOCKDEV_EVENTS=0 offers none.
 #include <nibble/sdk/env.hpp>
 #include <nibble/sdk/portable_kernels.hpp>
 #include <nibble/sdk/weights.hpp>
@@ -100,6 +101,26 @@ class MockMemory : public sdk::DeviceMemory {
     if (const char* us = std::getenv("NIBBLE_MOCKDEV_SYNC_US"))
       std::this_thread::sleep_for(std::chrono::microseconds(std::atoi(us)));
   }
+  // Work runs when it is queued here, so an event takes the host's clock when it is recorded.
+  bool has_events() const override { return events_; }
+  void* event_create(int device_id) override {
+    require_device(device_id);
+    return new Event{device_id};
+  }
+  void event_destroy(int, void* event) noexcept override { delete static_cast<Event*>(event); }
+  void event_record(int device_id, void* event, void*) override {
+    Event& e = event_of(event, device_id);
+    e.at = std::chrono::steady_clock::now();
+    e.recorded = true;
+  }
+  double event_elapsed(int device_id, void* start, void* end) override {
+    const Event &a = event_of(start, device_id), &b = event_of(end, device_id);
+    if (!a.recorded || !b.recorded)
+      throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT, std::string("mock event elapsed: the ") +
+                                                          (a.recorded ? "end" : "start") +
+                                                          " event was never recorded");
+    return std::chrono::duration<double>(b.at - a.at).count();
+  }
 
   /// Throw unless [p, p + bytes) lies inside one block of device `device_id` (on_device), or
   /// outside every block (host memory); `what` names the pointer.
@@ -122,6 +143,20 @@ class MockMemory : public sdk::DeviceMemory {
     size_t bytes;
     int device;
   };
+  struct Event {
+    int device;
+    std::chrono::steady_clock::time_point at{};
+    bool recorded = false;
+  };
+  Event& event_of(void* event, int device_id) const {
+    require_device(device_id);
+    auto* e = static_cast<Event*>(event);
+    if (!e || e->device != device_id)
+      throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,
+                             "mock event: not an event of ext_dev:" + std::to_string(device_id));
+    return *e;
+  }
+  bool events_ = sdk::env_integer("NIBBLE_MOCKDEV_EVENTS", 0, 1).value_or(1) == 1;
   void require_device(int device_id) const {
     if (device_id < 0 || device_id >= devices_)
       throw sdk::PluginError(NIBBLE_INVALID_ARGUMENT,

@@ -28,7 +28,8 @@
  * below). A struct's "Appended in 1.2" section is where further 1.2 fields go, after those already
  * there; the assertions at the end of this header pin where each minor's fields start. 1.3 appends
  * the device model (below): nibble_layer_desc.device_type/device_id, nibble_exec.stream,
- * nibble_kernel.device_type and nibble_plugin.device_memory.
+ * nibble_kernel.device_type and nibble_plugin.device_memory, whose table later gained events
+ * (optional; a table whose struct_size ends at synchronize has none).
  *
  * Loads (1.2): a host may load one plugin several times in a process, once per host context (a
  * nibble Runtime has one), calling the entry point once per context with that context's own
@@ -46,7 +47,8 @@
  * may be 0 bytes): the host links no device runtime and cannot allocate device memory itself, and
  * a kernel that takes its scratch stream-ordered keeps concurrent forwards on one prepared handle
  * legal. The host moves data through the plugin's nibble_device_memory (alloc, copy, sync), so a
- * host without any device library can still feed a device backend.
+ * host without any device library can still feed a device backend, and times queued work with its
+ * events where the plugin offers them.
  */
 #ifndef NIBBLE_SDK_PLUGIN_H
 #define NIBBLE_SDK_PLUGIN_H
@@ -374,6 +376,22 @@ typedef struct nibble_device_memory {
                         size_t bytes, int32_t direction, void* stream, nibble_error* error);
   nibble_status (*synchronize)(void* plugin_context, int32_t device_id, void* stream,
                                nibble_error* error);
+  /* Appended in 1.3, after synchronize: events, the device's own clock for queued work, so that a
+   * host times a burst of forwards without counting its own launches and waits. Optional, all four
+   * or none. An event is an opaque handle of one device, from event_create to event_destroy. */
+  /* A new event on device_id in *event (never recorded yet). */
+  nibble_status (*event_create)(void* plugin_context, int32_t device_id, void** event,
+                                nibble_error* error);
+  /* Free an event from event_create; its recordings need not have completed. */
+  void (*event_destroy)(void* plugin_context, int32_t device_id, void* event);
+  /* Queue `event` on `stream` (NULL: the default stream): it completes, and takes its time, when
+   * the work queued on that stream before it has completed. Recording again replaces the last. */
+  nibble_status (*event_record)(void* plugin_context, int32_t device_id, void* event, void* stream,
+                                nibble_error* error);
+  /* Wait until `end` has completed, then store in *seconds the time from `start` to `end`, both
+   * recorded (an event never recorded is NIBBLE_INVALID_ARGUMENT). */
+  nibble_status (*event_elapsed)(void* plugin_context, int32_t device_id, void* start, void* end,
+                                 double* seconds, nibble_error* error);
 } nibble_device_memory;
 
 /* What a plugin says about itself; filled by nibble_plugin_entry. */
@@ -468,6 +486,20 @@ NIBBLE_ABI_ASSERT(offsetof(nibble_plugin, device_memory) ==
                       offsetof(nibble_plugin, shutdown2) + sizeof(void (*)(void)),
                   "1.3's nibble_plugin.device_memory follows 1.2's last field");
 #endif
+/* nibble_device_memory is outside the minors (it first appeared in 1.3): its events follow
+ * synchronize, each function one pointer after the last. */
+NIBBLE_ABI_ASSERT(offsetof(nibble_device_memory, event_create) ==
+                      offsetof(nibble_device_memory, synchronize) + sizeof(void (*)(void)),
+                  "nibble_device_memory.event_create follows synchronize");
+NIBBLE_ABI_ASSERT(offsetof(nibble_device_memory, event_destroy) ==
+                      offsetof(nibble_device_memory, event_create) + sizeof(void (*)(void)),
+                  "nibble_device_memory.event_destroy follows event_create");
+NIBBLE_ABI_ASSERT(offsetof(nibble_device_memory, event_record) ==
+                      offsetof(nibble_device_memory, event_destroy) + sizeof(void (*)(void)),
+                  "nibble_device_memory.event_record follows event_destroy");
+NIBBLE_ABI_ASSERT(offsetof(nibble_device_memory, event_elapsed) ==
+                      offsetof(nibble_device_memory, event_record) + sizeof(void (*)(void)),
+                  "nibble_device_memory.event_elapsed follows event_record");
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 namespace nibble::sdk::host {
 
 class DeviceBuffer;
+class DeviceEvent;
 
 /// One device of a loaded plugin: its nibble_device_memory bound to the load's plugin_context and
 /// a device index. A small value; empty (operator bool false) for host memory. Calls throw
@@ -65,15 +66,64 @@ class Device {
   void free(void* ptr) const {
     if (memory_ && ptr) guard("device free", [&] { memory_->free(context_, id_, ptr); });
   }
+  /// Whether this device times queued work with events (its table has all four event calls).
+  bool has_events() const { return memory_ && events_in(*memory_) == 4; }
+  /// A new event on this device, destroyed when the value goes; throws where !has_events().
+  DeviceEvent event() const;
+  /// Wait for `end`, then the seconds from `start` to `end`, both events of this device recorded.
+  double elapsed_seconds(const DeviceEvent& start, const DeviceEvent& end) const;
+
+  /// How many of the four event calls table `m` has (present within its struct_size, non-NULL).
+  static int events_in(const nibble_device_memory& m) {
+    if (m.struct_size < offsetof(nibble_device_memory, event_elapsed) + sizeof(void*)) return 0;
+    return int(m.event_create != nullptr) + int(m.event_destroy != nullptr) +
+           int(m.event_record != nullptr) + int(m.event_elapsed != nullptr);
+  }
 
  private:
   void require_device(const char* call) const {
     if (!memory_)
       throw CallError(NIBBLE_INVALID_ARGUMENT, call, "host memory has no device to call");
   }
+  friend class DeviceEvent;
   const nibble_device_memory* memory_ = nullptr;
   void* context_ = nullptr;
   int32_t id_ = 0;
+};
+
+/// An event of a Device (its clock for queued work), destroyed through the same load when the
+/// value goes.
+class DeviceEvent {
+ public:
+  DeviceEvent() = default;
+  /// Own `event` from device.event_create.
+  DeviceEvent(Device device, void* event) : device_(device), event_(event) {}
+  DeviceEvent(DeviceEvent&& o) noexcept
+      : device_(o.device_), event_(std::exchange(o.event_, nullptr)) {}
+  DeviceEvent& operator=(DeviceEvent&& o) noexcept {
+    if (this != &o) {
+      reset();
+      device_ = o.device_;
+      event_ = std::exchange(o.event_, nullptr);
+    }
+    return *this;
+  }
+  DeviceEvent(const DeviceEvent&) = delete;
+  DeviceEvent& operator=(const DeviceEvent&) = delete;
+  ~DeviceEvent() { reset(); }
+
+  /// The plugin's handle (nullptr when empty).
+  void* get() const { return event_; }
+  /// The device it belongs to.
+  const Device& device() const { return device_; }
+  /// Queue the event on `stream` (nullptr: the default stream) after the work queued there.
+  void record(void* stream) const;
+  /// Destroy the event now (exceptions escaping the plugin are dropped).
+  void reset() noexcept;
+
+ private:
+  Device device_;
+  void* event_ = nullptr;
 };
 
 /// Device memory from Device::alloc, freed (through the same load) when the buffer goes. Frees
@@ -147,6 +197,53 @@ inline DeviceBuffer Device::alloc(size_t bytes) const {
   return DeviceBuffer(*this, p, bytes);
 }
 
+inline DeviceEvent Device::event() const {
+  require_device("event_create");
+  if (!has_events())
+    throw CallError(NIBBLE_UNSUPPORTED, "device event create", "this device has no events");
+  ErrorBuffer err;
+  void* e = nullptr;
+  call_checked("device event create", err,
+               [&] { return memory_->event_create(context_, id_, &e, err.get()); });
+  if (!e)
+    throw CallError(NIBBLE_INTERNAL, "device event create",
+                    "event_create returned NIBBLE_OK but no event");
+  return DeviceEvent(*this, e);
+}
+
+inline double Device::elapsed_seconds(const DeviceEvent& start, const DeviceEvent& end) const {
+  require_device("event_elapsed");
+  if (!has_events())
+    throw CallError(NIBBLE_UNSUPPORTED, "device event elapsed", "this device has no events");
+  if (!start.get() || !end.get())
+    throw CallError(NIBBLE_INVALID_ARGUMENT, "device event elapsed", "an empty event");
+  ErrorBuffer err;
+  double seconds = 0;
+  call_checked("device event elapsed", err, [&] {
+    return memory_->event_elapsed(context_, id_, start.get(), end.get(), &seconds, err.get());
+  });
+  return seconds;
+}
+
+inline void DeviceEvent::record(void* stream) const {
+  if (!event_) throw CallError(NIBBLE_INVALID_ARGUMENT, "device event record", "an empty event");
+  const nibble_device_memory* m = device_.memory_;
+  ErrorBuffer err;
+  call_checked("device event record", err, [&] {
+    return m->event_record(device_.context_, device_.id_, event_, stream, err.get());
+  });
+}
+
+inline void DeviceEvent::reset() noexcept {
+  void* e = std::exchange(event_, nullptr);
+  if (!e || !device_.memory_) return;
+  try {
+    const nibble_device_memory* m = device_.memory_;
+    guard("device event destroy", [&] { m->event_destroy(device_.context_, device_.id_, e); });
+  } catch (...) {
+  }
+}
+
 inline namespace NIBBLE_SDK_HOST_ABI_NAMESPACE {
 
 /// The DLDeviceType kernel `k`'s forward takes tensors on: kDLCPU for a kernel before 1.3 (its
@@ -206,6 +303,11 @@ inline std::string device_memory_problem(const nibble_plugin& p) {
                         : !m.synchronize ? "synchronize"
                                          : nullptr;
   if (missing) return std::string("its device memory function '") + missing + "' is NULL";
+  const int events = Device::events_in(m);
+  if (events != 0 && events != 4)
+    return "its device memory table has " + std::to_string(events) +
+           " of the four event calls (event_create, event_destroy, event_record, event_elapsed): "
+           "all or none";
   return "";
 }
 

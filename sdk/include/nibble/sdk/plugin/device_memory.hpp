@@ -6,6 +6,7 @@
 #pragma once
 
 #include <nibble/sdk/plugin.h>
+#include <nibble/sdk/plugin/error.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +39,32 @@ class DeviceMemory {
                     CopyDirection direction, void* stream) = 0;
   /// Wait until everything queued on `stream` of `device_id` has completed.
   virtual void synchronize(int device_id, void* stream) = 0;
+
+  // Events: the device's own clock for queued work (optional). A backend that overrides
+  // has_events to say true overrides the four calls below; the glue offers them to hosts only then.
+  /// Whether this memory's devices time queued work with events.
+  virtual bool has_events() const { return false; }
+  /// A new event on `device_id`, not yet recorded.
+  virtual void* event_create(int device_id);
+  /// Free an event from event_create (its recordings may still be pending). Must not throw.
+  virtual void event_destroy(int device_id, void* event) noexcept;
+  /// Queue `event` on `stream` (nullptr: the default stream): it takes its time when the work
+  /// queued before it on that stream has completed.
+  virtual void event_record(int device_id, void* event, void* stream);
+  /// Wait for `end`, then the seconds from `start` to `end` (both recorded; throw
+  /// PluginError(INVALID_ARGUMENT) for one never recorded).
+  virtual double event_elapsed(int device_id, void* start, void* end);
 };
+
+inline void* DeviceMemory::event_create(int) {
+  throw PluginError(NIBBLE_UNSUPPORTED, "this device memory has no events");
+}
+inline void DeviceMemory::event_destroy(int, void*) noexcept {}
+inline void DeviceMemory::event_record(int, void*, void*) {
+  throw PluginError(NIBBLE_UNSUPPORTED, "this device memory has no events");
+}
+inline double DeviceMemory::event_elapsed(int, void*, void*) {
+  throw PluginError(NIBBLE_UNSUPPORTED, "this device memory has no events");
+}
 
 }  // namespace nibble::sdk

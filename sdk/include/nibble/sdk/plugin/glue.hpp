@@ -240,6 +240,46 @@ nibble_status c_device_synchronize(void* plugin_context, int32_t device_id, void
   Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
   return guarded(error, [&] { load_of<B>(plugin_context).memory->synchronize(device_id, stream); });
 }
+
+template <class B>
+nibble_status c_event_create(void* plugin_context, int32_t device_id, void** event,
+                             nibble_error* error) {
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  return guarded(error, [&] {
+    require(event != nullptr, "device event create: the output pointer is null");
+    *event = nullptr;
+    *event = load_of<B>(plugin_context).memory->event_create(device_id);
+    if (!*event) throw PluginError(NIBBLE_INTERNAL, "device event create returned no event");
+  });
+}
+
+template <class B>
+void c_event_destroy(void* plugin_context, int32_t device_id, void* event) {
+  if (!event) return;
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  guarded(nullptr, [&] { load_of<B>(plugin_context).memory->event_destroy(device_id, event); });
+}
+
+template <class B>
+nibble_status c_event_record(void* plugin_context, int32_t device_id, void* event, void* stream,
+                             nibble_error* error) {
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  return guarded(error, [&] {
+    require(event != nullptr, "device event record: no event");
+    load_of<B>(plugin_context).memory->event_record(device_id, event, stream);
+  });
+}
+
+template <class B>
+nibble_status c_event_elapsed(void* plugin_context, int32_t device_id, void* start, void* end,
+                              double* seconds, nibble_error* error) {
+  Host::Scope scope(plugin_context ? load_of<B>(plugin_context).host : nullptr, B::name);
+  return guarded(error, [&] {
+    require(seconds != nullptr, "device event elapsed: the output pointer is null");
+    require(start != nullptr && end != nullptr, "device event elapsed: no event");
+    *seconds = load_of<B>(plugin_context).memory->event_elapsed(device_id, start, end);
+  });
+}
 #endif
 
 // The process's first load: what the contextless probe and shutdown act on. A plain atomic
@@ -312,6 +352,12 @@ std::unique_ptr<Load<B>> make_load(const nibble_host* host) {
     m.free = &c_device_free<B>;
     m.copy = &c_device_copy<B>;
     m.synchronize = &c_device_synchronize<B>;
+    if (load->memory->has_events()) {
+      m.event_create = &c_event_create<B>;
+      m.event_destroy = &c_event_destroy<B>;
+      m.event_record = &c_event_record<B>;
+      m.event_elapsed = &c_event_elapsed<B>;
+    }
   }
 #endif
   return load;
