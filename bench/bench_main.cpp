@@ -15,6 +15,7 @@
 #include "nibble_bench.hpp"
 
 #include "bench_common.hpp"
+#include "device_clock.hpp"
 #include "machine_limits.hpp"
 #include "onednn_baseline.hpp"
 #include "plugin_client.hpp"
@@ -122,11 +123,12 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
     bandwidth = std::make_unique<ReadBandwidth>(std::max<size_t>(cold, size_t(512) << 20), threads);
   bandwidth->sample();  // first touch done; warm the page tables
   std::printf("\nthreads %d (limits and the dense baseline at %d threads too)\n", threads, threads);
+  const DeviceClock clock(plugin.device());
   if (plugin.device())
     std::printf(
         "on %s: %%BW of its device-to-device copy (read + write); dense baseline: the "
-        "backend's own dense kernel on the bf16 weight, on the device\n",
-        sdk::device_name(plugin.device().dl_device()).c_str());
+        "backend's own dense kernel on the bf16 weight, on the device; timed on the %s\n",
+        sdk::device_name(plugin.device().dl_device()).c_str(), clock.method());
   std::printf("%-12s %5s %-6s %-11s %22s %8s %8s %7s %7s %22s %8s\n", "KxN", "M", "mode", "kernel",
               "median (min-max) us", "GB/s", "TFLOP/s", "%BW", "%peak", "dense bf16 us", "speedup");
   for (const CanonicalWeight& w : weights) {
@@ -199,14 +201,21 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         if (with_ref)
           ref_layers[cr++ % ref_layers.size()]->forward(x.data(), yr.data(), M, K, N, threads,
                                                         ws_ref);
-        std::vector<double> tk, td, ratio, tr, ratio_ref;
+        std::vector<double> tk, td, ratio, tr, ratio_ref, hk, hd;
+        // A sample's seconds per call; on a device, the device's events where it has them (then
+        // the host's clock, queueing and waiting included, goes to hk / hd as well).
+        auto sample = [&](auto&& f, std::vector<double>& host) {
+          if (!plugin.device()) return timed_sample(calls, f, wait);
+          const SampleSeconds t = clock.sample(calls, f);
+          if (clock) host.push_back(t.host);
+          return t.reported();
+        };
         LimitSamples limits;
         interleaved_rounds(o, threads, *bandwidth, amx, mode, limits, [&] {
-          const double a = timed_sample(
-              calls, [&] { run_layer(ck++ % copies); }, wait);
+          const double a = sample([&] { run_layer(ck++ % copies); }, hk);
           tk.push_back(a);
           if (dense) {
-            const double b = timed_sample(calls, run_dense, wait);
+            const double b = sample(run_dense, hd);
             td.push_back(b);
             ratio.push_back(b / a);
           }
@@ -256,6 +265,7 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         c["N"] = N;
         put_case_identity(c, o, M, threads, mode_name, k->name);
         c["seconds"] = to_json(sk);
+        if (!hk.empty()) c["host_seconds"] = to_json(stats(hk));
         c["calls_per_sample"] = calls;
         c["warm_seconds"] = to_json(sw);
         c["weight_bytes"] = layer_bytes;
@@ -277,6 +287,7 @@ void run_at(const Options& o, int threads, const Plugin& plugin, const Plugin* o
         } else if (dense) {
           c["dense_kernel"] = dense->name();
           c["dense_bf16_seconds"] = to_json(sd);
+          if (!hd.empty()) c["dense_host_seconds"] = to_json(stats(hd));
           c["dense_weight_bytes"] = dense->weight_bytes();
           c["speedup_dense"] = to_json(sr);
         }
@@ -324,7 +335,10 @@ int run_linear(const Options& o) {
     weights.push_back(random_weight(K, N, o.bits, o.group, uint32_t(K * 31 + N)));
   nlohmann::json out = run_header(o, plugin.probe_detail(), l3, cold);
   // read_gbps is then the device's copy bandwidth (read + write), not the host's reads.
-  if (plugin.device()) out["device"] = sdk::device_name(plugin.device().dl_device());
+  if (plugin.device()) {
+    out["device"] = sdk::device_name(plugin.device().dl_device());
+    out["timing"] = DeviceClock(plugin.device()).method();
+  }
   LimitsByThreads limits;
   for (int threads : o.threads)
     run_at(o, threads, plugin, other.get(), weights, cold, amx, out, limits[threads]);
