@@ -35,8 +35,12 @@ struct Options {
   double peak_tbs = 4.8;
   bool sweep = false, moe = true, linear = true;
   MoeBenchShape moe_shape;
-  int tile_rows = 0;     // the small-M kernel's rows per tile (8 or 16); 0: its own choice
-  bool overlap = true;   // the small-M kernel may start while the previous call finishes
+  int tile_rows = 0;    // the small-M kernel's rows per tile (8 or 16); 0: its own choice
+  bool overlap = true;  // the small-M kernel may start while the previous call finishes
+  // Calls on the legacy default stream instead of a stream of their own.
+  bool legacy_stream = false;
+  // The linear layers' weights have zero points (AWQ's kind) instead of none.
+  bool asymmetric = false;
   int weight_ring = -1;  // the small-M kernel's weight ring (0 registers, 2-6 batches); -1: its own
   int wgmma_tma = -1;    // the warpgroup kernel's copies: 1 TMA, 0 cp.async; -1: its own choice
   std::string json, plugin = std::string(NIBBLE_PLUGIN_BUILD_DIR) + "/libnibble_cuda.so";
@@ -80,6 +84,10 @@ Options parse(int argc, char** argv) {
         throw std::runtime_error("--tile-rows takes 8 or 16, not " + std::to_string(o.tile_rows));
     } else if (a == "--no-overlap")
       o.overlap = false;
+    else if (a == "--legacy-stream")
+      o.legacy_stream = true;
+    else if (a == "--asymmetric")
+      o.asymmetric = true;
     else if (a == "--weight-ring") {
       o.weight_ring = int(std::stoi(value()));
       if (o.weight_ring < 0 || o.weight_ring == 1 || o.weight_ring > kStreamMaxRing)
@@ -118,24 +126,27 @@ Options parse(int argc, char** argv) {
       throw std::runtime_error(
           "unknown option " + a +
           " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 --no-overlap "
-          "--weight-ring 0|2-6 --wgmma-tma 0|1 "
+          "--legacy-stream --asymmetric --weight-ring 0|2-6 --wgmma-tma 0|1 "
           "--no-moe --moe-only --moe-shape E,TOPK,K,I --peak-tbs T --plugin PATH)");
     }
   }
   return o;
 }
 
-// A random 4-bit symmetric group-128 weight K × N with f16 scales, owned.
+// A random 4-bit group-128 weight K × N with f16 scales, owned: symmetric (every zero point 8,
+// which the packer leaves out), or with random zero points (`asymmetric`, as AWQ's are).
 struct HostWeight {
   std::vector<uint8_t> q, zeros;
   std::vector<uint16_t> scales;
   nibble_canonical_weight c{};
-  HostWeight(int64_t K, int64_t N, uint32_t seed) {
+  HostWeight(int64_t K, int64_t N, uint32_t seed, bool asymmetric) {
     std::mt19937 rng(seed);
     const int64_t G = K / 128;
     q.resize(size_t(K * N));
     for (auto& v : q) v = uint8_t(rng() & 15);
     zeros.assign(size_t(G * N), 8);
+    if (asymmetric)
+      for (auto& z : zeros) z = uint8_t(rng() & 15);
     scales.resize(size_t(G * N));
     std::uniform_real_distribution<float> u(0.5f, 1.5f);
     for (auto& s : scales) s = sdk::f32_to_f16(u(rng) / (15.f * std::sqrt(float(K))));
@@ -156,7 +167,8 @@ struct HostWeight {
     for (int64_t n = 0; n < c.N; ++n)
       for (int64_t k = 0; k < c.K; ++k) {
         const float s = sdk::f16_to_f32(scales[size_t((k / 128) * c.N + n)]);
-        d[size_t(n * c.K + k)] = sdk::f32_to_bf16((float(q[size_t(n * c.K + k)]) - 8.f) * s);
+        const float z = float(zeros[size_t((k / 128) * c.N + n)]);
+        d[size_t(n * c.K + k)] = sdk::f32_to_bf16((float(q[size_t(n * c.K + k)]) - z) * s);
       }
     return d;
   }
@@ -165,7 +177,7 @@ struct HostWeight {
 nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t blas) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [K, N] : o.shapes) {
-    HostWeight w(K, N, uint32_t(K * 7 + N));
+    HostWeight w(K, N, uint32_t(K * 7 + N), o.asymmetric);
     const MarlinHost host = pack_marlin(sdk::QuantWeight(w.c, "bench"), false, "bench");
     const size_t qbytes = host.packed.qweight.size() * 4 + host.scales.size();
     const int copies = int(std::max<size_t>(16, (4 * dev.l2_bytes + qbytes - 1) / qbytes));
@@ -405,12 +417,14 @@ int main(int argc, char** argv) {
   using namespace nibble::cuda::bench;
   try {
     const Options o = parse(argc, argv);
-    Device dev = open_device(o.peak_tbs);
+    Device dev = open_device(o.legacy_stream);
     nlohmann::json out = {{"device", dev.name},       {"sms", dev.sms},
                           {"l2_bytes", dev.l2_bytes}, {"nominal_peak_tbs", o.peak_tbs},
                           {"copy_tbs", dev.copy_tbs}, {"iters", o.iters}};
     // What the small-M kernel was told, so that an A/B run's files say which arm they are.
-    out["tile_rows"] = o.tile_rows;      // 0: the kernel's own choice
+    out["tile_rows"] = o.tile_rows;  // 0: the kernel's own choice
+    out["stream"] = o.legacy_stream ? "legacy default" : "non-blocking";
+    out["zero_points"] = o.asymmetric ? "random (asymmetric)" : "none (symmetric)";
     out["weight_ring"] = o.weight_ring;  // -1: the kernel's own choice
     out["overlap_previous"] = o.overlap;
     out["wgmma_tma"] = o.wgmma_tma;  // -1: the kernel's own choice

@@ -5,8 +5,7 @@
 
 namespace nibble::cuda::bench {
 
-Device open_device(double nominal_tbs) {
-  (void)nominal_tbs;
+Device open_device(bool legacy_stream) {
   Device d;
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
   cudaDeviceProp p{};
@@ -14,7 +13,8 @@ Device open_device(double nominal_tbs) {
   d.name = p.name;
   d.sms = p.multiProcessorCount;
   d.l2_bytes = size_t(p.l2CacheSize);
-  check_cuda(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (!legacy_stream)
+    check_cuda(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const size_t bytes = size_t(1) << 30;
   DeviceArray a(bytes), b(bytes);
   check_cuda(cudaMemsetAsync(a.get(), 1, bytes, d.stream), "cudaMemset");

@@ -31,12 +31,13 @@ struct Device {
   std::string name;
   int sms = 0;
   size_t l2_bytes = 0;
-  double copy_tbs = 0;  ///< measured device-to-device copy bandwidth (read + write)
-  cudaStream_t stream = nullptr;
+  double copy_tbs = 0;            ///< measured device-to-device copy bandwidth (read + write)
+  cudaStream_t stream = nullptr;  ///< a non-blocking stream, or null: the legacy default stream
 };
 
-/// Open device 0 and measure its copy bandwidth.
-Device open_device(double nominal_tbs);
+/// Open device 0 and measure its copy bandwidth; the calls go to a non-blocking stream of their
+/// own, or with `legacy_stream` to the legacy default stream (what a host passing no stream gets).
+Device open_device(bool legacy_stream);
 
 /// A device allocation owned by the bench.
 class DeviceArray {

@@ -126,6 +126,45 @@ struct ChannelScales {
   }
 };
 
+// The words of group g's zero points that the lane's 8 B columns (n8 tiles T = 0..7, column
+// lane / 4) read: one word for 4-bit zero points, two for 8-bit. Loaded apart from their operands
+// so that a kernel can load the next group's a group ahead.
+template <int BITS>
+struct ZeroWords {
+  uint32_t word[BITS == 4 ? 1 : 2];
+};
+
+template <int BITS>
+__device__ __forceinline__ ZeroWords<BITS> load_zero_words(const MarlinDevice& w,
+                                                           const uint32_t* zeros, int64_t g,
+                                                           int64_t n_run, int lane) {
+  ZeroWords<BITS> z;
+  const int i = lane / 4;
+  if constexpr (BITS == 4) {
+    z.word[0] = __ldg(zeros + g * (w.N / 8) + n_run / 8 + i);
+  } else {
+    const uint32_t* p = zeros + g * (w.N / 4) + n_run / 4 + 2 * i;
+    z.word[0] = __ldg(p);
+    z.word[1] = __ldg(p + 1);
+  }
+  return z;
+}
+
+// The zero operands of the lane's 8 B columns from their words.
+template <class T, int BITS>
+__device__ __forceinline__ void zeros_from_words(const ZeroWords<BITS>& z, uint32_t out[8]) {
+  if constexpr (BITS == 4) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+      out[t] = device::zero_operand<T, BITS>(int((z.word[0] >> (4 * device::zero_slot4(t))) & 15));
+  } else {
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+      out[t] = device::zero_operand<T, BITS>(
+          int((z.word[t / 4] >> (8 * device::zero_slot8(t % 4))) & 255));
+  }
+}
+
 // The zero operands of the lane's 8 B columns (n8 tiles T = 0..7, column lane / 4) for group g.
 template <class T, int BITS>
 __device__ __forceinline__ void load_zeros(const MarlinDevice& w, const uint32_t* zeros, int64_t g,
@@ -135,20 +174,7 @@ __device__ __forceinline__ void load_zeros(const MarlinDevice& w, const uint32_t
     for (int t = 0; t < 8; ++t) out[t] = device::zero_operand<T, BITS>(1 << (BITS - 1));
     return;
   }
-  const int i = lane / 4;
-  if constexpr (BITS == 4) {
-    const uint32_t word = __ldg(zeros + g * (w.N / 8) + n_run / 8 + i);
-#pragma unroll
-    for (int t = 0; t < 8; ++t)
-      out[t] = device::zero_operand<T, BITS>(int((word >> (4 * device::zero_slot4(t))) & 15));
-  } else {
-    const uint32_t* p = zeros + g * (w.N / 4) + n_run / 4 + 2 * i;
-    const uint32_t words[2] = {__ldg(p), __ldg(p + 1)};
-#pragma unroll
-    for (int t = 0; t < 8; ++t)
-      out[t] = device::zero_operand<T, BITS>(
-          int((words[t / 4] >> (8 * device::zero_slot8(t % 4))) & 255));
-  }
+  zeros_from_words<T, BITS>(load_zero_words<BITS>(w, zeros, g, n_run, lane), out);
 }
 
 /// The group of slab s of a weight whose slab table is `table`.
