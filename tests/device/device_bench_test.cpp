@@ -3,10 +3,9 @@
 // as the memory limit and the backend's own dense kernel as the baseline instead of oneDNN.
 #include "bench_cli.hpp"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include <gmock/gmock.h>
 
 #include <filesystem>
 #include <memory>

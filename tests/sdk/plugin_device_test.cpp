@@ -383,6 +383,12 @@ TEST(PluginDevice, DeviceMemoryWithoutEventsOffersNone) {
     EXPECT_EQ(e.status(), NIBBLE_UNSUPPORTED);
     EXPECT_THAT(e.what(), HasSubstr("this device has no events"));
   }
+  // An event wrapped by hand around such a device is refused, and dropped without a call.
+  int handle = 0;
+  sdk::host::DeviceEvent by_hand(device, &handle);
+  EXPECT_THROW(by_hand.record(nullptr), sdk::host::CallError);
+  by_hand.reset();
+  EXPECT_EQ(by_hand.get(), nullptr);
 }
 
 // A table that ends at synchronize (a plugin built before the events) has none and is usable; one

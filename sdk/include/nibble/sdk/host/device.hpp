@@ -227,6 +227,8 @@ inline double Device::elapsed_seconds(const DeviceEvent& start, const DeviceEven
 
 inline void DeviceEvent::record(void* stream) const {
   if (!event_) throw CallError(NIBBLE_INVALID_ARGUMENT, "device event record", "an empty event");
+  if (!device_.has_events())
+    throw CallError(NIBBLE_UNSUPPORTED, "device event record", "this device has no events");
   const nibble_device_memory* m = device_.memory_;
   ErrorBuffer err;
   call_checked("device event record", err, [&] {
@@ -236,7 +238,7 @@ inline void DeviceEvent::record(void* stream) const {
 
 inline void DeviceEvent::reset() noexcept {
   void* e = std::exchange(event_, nullptr);
-  if (!e || !device_.memory_) return;
+  if (!e || !device_.has_events()) return;
   try {
     const nibble_device_memory* m = device_.memory_;
     guard("device event destroy", [&] { m->event_destroy(device_.context_, device_.id_, e); });
