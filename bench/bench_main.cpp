@@ -337,7 +337,7 @@ int run_linear(const Options& o) {
   // read_gbps is then the device's copy bandwidth (read + write), not the host's reads.
   if (plugin.device()) {
     out["device"] = sdk::device_name(plugin.device().dl_device());
-    out["timing"] = DeviceClock(plugin.device()).method();
+    out["timing"] = DeviceClock::method(plugin.device().has_events());
   }
   LimitsByThreads limits;
   for (int threads : o.threads)

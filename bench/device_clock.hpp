@@ -10,6 +10,7 @@
 #include <nibble/sdk/host/device.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -21,7 +22,7 @@ struct SampleSeconds {
   double host = 0;
   double device = std::numeric_limits<double>::quiet_NaN();
   /// The time a case reports: the device's where it was measured.
-  double reported() const { return device == device ? device : host; }
+  double reported() const { return std::isnan(device) ? host : device; }
 };
 
 /// Two events of a device, reused by every sample of a run; empty where the device has none.
@@ -63,11 +64,13 @@ class DeviceClock {
     return s;
   }
 
-  /// The run's description of how its device samples were timed.
-  const char* method() const {
-    return *this ? "device events, from the end of a sample's first call to the end of its last"
-                 : "host clock, from queueing a sample's first call to the end of its last";
+  /// How a device's samples are timed, with its events or without them.
+  static const char* method(bool events) {
+    return events ? "device events, from the end of a sample's first call to the end of its last"
+                  : "host clock, from queueing a sample's first call to the end of its last";
   }
+  /// How this clock times its samples.
+  const char* method() const { return method(bool(*this)); }
 
  private:
   sdk::host::Device device_;

@@ -179,7 +179,8 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
   for (const auto& [K, N] : o.shapes) {
     HostWeight w(K, N, uint32_t(K * 7 + N), o.asymmetric);
     const MarlinHost host = pack_marlin(sdk::QuantWeight(w.c, "bench"), false, "bench");
-    const size_t qbytes = host.packed.qweight.size() * 4 + host.scales.size();
+    const size_t qbytes =
+        host.packed.qweight.size() * 4 + host.scales.size() + host.packed.zeros.size() * 4;
     const int copies = int(std::max<size_t>(16, (4 * dev.l2_bytes + qbytes - 1) / qbytes));
     MarlinStack stack(0, copies, host);
     for (int i = 1; i < copies; ++i) stack.put(i, host, "bench copy");
