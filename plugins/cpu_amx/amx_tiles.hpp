@@ -26,15 +26,20 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 // Tiles 0-3: C (2 row blocks × 2 panels); 4-5: A (two row blocks); 6-7: B (two panels), all
-// 64 bytes wide. A and C have `rows` rows (fewer than 16 when M is small: a tile product costs in
-// proportion to its rows), B always 16.
+// 64 bytes wide. The first row block's A and C tiles (4, 0, 1) have `rows` rows, the second's
+// (5, 2, 3) `second_rows` (default: as many): fewer than 16 when M is small, as a tile product
+// costs in proportion to its rows. B always 16.
 class TileScope {
  public:
-  explicit TileScope(int rows) {
+  explicit TileScope(int rows, int second_rows = -1) {
+    if (second_rows < 0) second_rows = rows;
     TileConfig cfg;
     for (int i = 0; i < 8; ++i) {
-      cfg.rows[i] = uint8_t(i >= 6 ? 16 : rows);
-      cfg.colsb[i] = 64;
+      const bool second = i == 2 || i == 3 || i == 5;
+      cfg.rows[i] = uint8_t(i >= 6 ? 16 : second ? second_rows : rows);
+      // A tile of no rows is left unconfigured: LDTILECFG faults on rows without bytes or
+      // bytes without rows.
+      cfg.colsb[i] = cfg.rows[i] == 0 ? 0 : 64;
     }
 #ifdef NIBBLE_AMX_EMULATION
     tile_emulation::load_config(&cfg);

@@ -75,6 +75,10 @@ struct A16Call {
   A16FixedActivations fixed{};
 };
 
+/// Most fixed-point rows the tile kernel takes in one slice: two A tiles of 16 tile rows, each
+/// activation row two of them (high and low bytes).
+constexpr int64_t kFixedTileRows = 16;
+
 /// The W4A16 call on fixed-point activations prepared in `fixed` (the int8 tiles, or up to four
 /// rows in the AVX-512 streaming kernel).
 inline A16Call fixed_point_call(const PackedLinear* w, const A16FixedActivations& fixed,

@@ -14,6 +14,8 @@
 // The tile configuration and its scope: amx_tiles.hpp.
 #include "amx_tiles.hpp"
 
+#include <stdexcept>
+
 namespace nibble::cpu_amx {
 namespace {
 
@@ -350,10 +352,11 @@ void a8_pair(const A8Call& call, int64_t m0, int64_t m1, int64_t p, std::vector<
 }
 
 // W4A16 at small M on the int8 pipeline: activation row m is tile rows 2m (high byte) and 2m + 1
-// (low byte) of one A tile, so C holds Σ h·b and Σ l·b and the row's exact Σ v·b is
-// 256·C[2m] + C[2m+1] (|Σ v·b| < 2^31 for chunks of up to 128 inputs); the epilogue adds
-// s · (that · step). Half the tile products and B-tile bytes of the bf16 path for the same K.
-template <int NP>
+// (low byte) of the A tiles (rows 0-7 the first, 8-15 the second), so C holds Σ h·b and Σ l·b
+// and the row's exact Σ v·b is 256·C[2m] + C[2m+1] (|Σ v·b| < 2^31 for chunks of up to 128
+// inputs); the epilogue adds s · (that · step). As many tile products as the bf16 path for the
+// same rows and K, at half its B-tile bytes (one byte a weight stored beside the tiles, not two).
+template <int NP, int MB>
 void a16_fixed_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p,
                     std::vector<uint8_t>& bmem, std::vector<uint8_t>& omem) {
   const PackedLinear& w = *call.w;
@@ -377,7 +380,7 @@ void a16_fixed_pair(const A16Call& call, int64_t m0, int64_t m1, int64_t p,
       }
     }
   };
-  int8_pipeline<NP, 1>(w, p, x.q + size_t(2 * m0) * size_t(x.stride), x.stride, 1, bmem, epilogue);
+  int8_pipeline<NP, MB>(w, p, x.q + size_t(2 * m0) * size_t(x.stride), x.stride, 1, bmem, epilogue);
   store_rows<NP>(call.y, m0, m1, p, out);
 }
 
@@ -415,13 +418,23 @@ void walk_pairs(const Call& call, int64_t row_bytes, int64_t m0, int64_t m1, int
 }  // namespace
 
 void a16_amx(const A16Call& call, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  if (call.fixed_point) {  // two tile rows per activation row: at most 8 rows
-    if (m1 <= m0) return;
-    TileScope tiles(int(2 * (m1 - m0)));
+  if (call.fixed_point) {  // two tile rows per activation row: one A tile per 8 rows, at most 16
+    const int64_t rows = m1 - m0;
+    if (rows <= 0) return;
+    if (rows > kFixedTileRows)
+      throw std::logic_error("cpu_amx: more fixed-point rows in one slice than two A tiles hold");
+    const bool two = rows > 8;
+    TileScope tiles(two ? 16 : int(2 * rows), two ? int(2 * (rows - 8)) : 0);  // tile 5 unused
     thread_local std::vector<uint8_t> bmem, omem;
-    for (int64_t p = p0; p < p1; p += 2)
-      p + 1 < p1 ? a16_fixed_pair<2>(call, m0, m1, p, bmem, omem)
-                 : a16_fixed_pair<1>(call, m0, m1, p, bmem, omem);
+    for (int64_t p = p0; p < p1; p += 2) {
+      const bool pair = p + 1 < p1;
+      if (two)
+        pair ? a16_fixed_pair<2, 2>(call, m0, m1, p, bmem, omem)
+             : a16_fixed_pair<1, 2>(call, m0, m1, p, bmem, omem);
+      else
+        pair ? a16_fixed_pair<2, 1>(call, m0, m1, p, bmem, omem)
+             : a16_fixed_pair<1, 1>(call, m0, m1, p, bmem, omem);
+    }
     return;
   }
   if (call.dequantize_b && m1 - m0 > 16) {

@@ -305,10 +305,12 @@ int64_t unit_row_minimum() {
   return sdk::env_integer("NIBBLE_CPU_AMX_UNIT_ROWS", 0, int64_t(1) << 40).value_or(256);
 }
 
-// At most 8 (two tile rows each fill one 16-row A tile). NIBBLE_CPU_AMX_FIXED_M (read at
-// prepare; 0 turns it off) overrides it.
+// 8 rows fill one A tile (two tile rows each). 9-16 rows take two, whose int8 products are as many
+// as the bf16 tiles' at half the B-tile bytes but twice the C rows to stage and read: slower at 2
+// threads on the AMX host (docs/cpu_amx.md, Kernels), so they stay on bf16 activations unless
+// NIBBLE_CPU_AMX_FIXED_M (read at prepare, 0-kFixedTileRows; 0 turns the fixed point off) says so.
 int64_t fixed_point_row_limit() {
-  return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_M", 0, 8).value_or(8);
+  return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_M", 0, kFixedTileRows).value_or(8);
 }
 
 // NIBBLE_CPU_AMX_FIXED_STREAM=0 (read at prepare) keeps one W4A16 row on bf16 activations and sends

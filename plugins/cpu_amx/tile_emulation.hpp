@@ -37,6 +37,7 @@ inline State& configured(int t) {
   State& s = state();
   if (!s.configured) fault("tile instruction without a loaded tile configuration", t);
   if (t < 0 || t >= 8) fault("no such tile", t);
+  if (s.rows[t] == 0) fault("tile left unconfigured (no rows)", t);
   return s;
 }
 
@@ -51,6 +52,8 @@ inline void load_config(const void* config) {
     s.colsb[t] = colsb;
     s.rows[t] = c[48 + t];
     if (colsb > 64 || s.rows[t] > 16) fault("tile shape larger than 16 rows of 64 bytes", t);
+    if ((colsb == 0) != (s.rows[t] == 0))
+      fault("tile with rows but no bytes, or bytes but no rows", t);
   }
   s.configured = true;
   std::memset(s.tile, 0, sizeof s.tile);

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 namespace nibble::test {
 namespace {
@@ -36,9 +37,11 @@ Activations bf16_valued_f32(int64_t M, int64_t K, uint32_t seed) {
   return out;
 }
 
-struct FixedOff {  // the bf16 tiles for layers prepared while this lives
-  FixedOff() { setenv("NIBBLE_CPU_AMX_FIXED_M", "0", 1); }
-  ~FixedOff() { unsetenv("NIBBLE_CPU_AMX_FIXED_M"); }
+// NIBBLE_CPU_AMX_FIXED_M=rows for layers prepared while this lives: "0" the bf16 tiles, "16" the
+// fixed point up to two A tiles (9-16 rows; by default those rows stay on the bf16 tiles).
+struct FixedRows {
+  explicit FixedRows(const char* rows) { setenv("NIBBLE_CPU_AMX_FIXED_M", rows, 1); }
+  ~FixedRows() { unsetenv("NIBBLE_CPU_AMX_FIXED_M"); }
 };
 
 struct Case {
@@ -58,14 +61,17 @@ TEST(CpuAmxFixedPoint, MatchesFloat64FarInsideTheBoundAndWritesEveryOutput) {
   uint32_t seed = 40;
   double worst_fixed = 0, worst_bf16 = 0;
   for (const Case& c : kCases)
-    for (int64_t M = 1; M <= 8; ++M) {
+    for (int64_t M = 1; M <= 16; ++M) {  // 9-16: two A tiles, the second of 2·(M − 8) rows
       QuantSpec spec{c.K,         c.N,        c.bits, c.group,          c.sym,
                      c.act_order, M % 2 == 0, false,  sdk::dtype_f16(), ++seed};
       CanonicalWeight w = random_weight(spec);
-      auto fixed = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
-      std::unique_ptr<PreparedLayer> tiles;
+      std::unique_ptr<PreparedLayer> fixed, tiles;
       {
-        FixedOff off;
+        FixedRows sixteen("16");
+        fixed = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
+      }
+      {
+        FixedRows off("0");
         tiles = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
       }
       Activations x = bf16_valued_f32(M, c.K, ++seed);
@@ -131,14 +137,14 @@ TEST(CpuAmxFixedPoint, StreamingRowsMatchTheTilesBitForBit) {
   }
 }
 
-// MoE: an expert with 1-4 routed rows runs the streaming fixed-point rows, 5-8 the int8 tiles, on
-// the token's fixed-point form (at decode prepared once and copied to each of its experts).
-// Forced onto the int8 tiles (NIBBLE_CPU_AMX_SMALL_M=0) the same call gives the same bits; at
-// decode, on bf16 activations (NIBBLE_CPU_AMX_FIXED_STREAM=0, which moves only one-row experts)
-// other bits, several times less accurate. w2's input h = silu(gate)·up is heavy-tailed (a block's
-// largest magnitude far above most of its values), so the error is above the linear layers':
-// measured 1.0e-4 to 2.6e-4 (bf16 activations 1.8e-3 to 2.5e-3); the bound leaves 4× of that,
-// the kernel declares 1e-2.
+// MoE: an expert with 1-4 routed rows runs the streaming fixed-point rows, 5-8 the int8 tiles (and
+// 9-16 on two A tiles with NIBBLE_CPU_AMX_FIXED_M=16, as here), on the token's fixed-point form (at
+// decode prepared once and copied to each of its experts). Forced onto the int8 tiles
+// (NIBBLE_CPU_AMX_SMALL_M=0) the same call gives the same bits; at decode, on bf16 activations
+// (NIBBLE_CPU_AMX_FIXED_STREAM=0, which moves only one-row experts) other bits, several times less
+// accurate. w2's input h = silu(gate)·up is heavy-tailed (a block's largest magnitude far above
+// most of its values), so the error is above the linear layers': measured 1.0e-4 to 2.6e-4 (bf16
+// activations 1.8e-3 to 2.5e-3); the bound leaves 4× of that, the kernel declares 1e-2.
 constexpr double kMoeFixedPointBound = 1e-3;
 TEST(CpuAmxFixedPoint, MoeExpertRowsMatchTheTilesBitForBit) {
   if (!amx_here()) GTEST_SKIP() << "no AMX level on this machine";
@@ -153,9 +159,11 @@ TEST(CpuAmxFixedPoint, MoeExpertRowsMatchTheTilesBitForBit) {
   };
   for (const MoeCase& c :
        {MoeCase{8, 2, 1, 512, 128, 4, false}, MoeCase{16, 8, 1, 384, 96, 4, true},
-        MoeCase{64, 8, 3, 256, 64, 8, false}, MoeCase{4, 2, 8, 256, 64, 4, false}}) {
+        MoeCase{64, 8, 3, 256, 64, 8, false}, MoeCase{4, 2, 8, 256, 64, 4, false},
+        MoeCase{4, 4, 12, 256, 64, 4, false}}) {  // every expert 12 rows: two A tiles
     const TestExperts ex = random_experts(c.E, c.K, c.I, c.bits, 128, 64, false, c.act_order, 17);
     const nibble_layer_desc d = moe_desc(ex, c.top_k);
+    FixedRows sixteen("16");
     auto stream = prepare_moe(k, d, ex);
     setenv("NIBBLE_CPU_AMX_SMALL_M", "0", 1);
     auto tiles = prepare_moe(k, d, ex);
@@ -197,24 +205,29 @@ TEST(CpuAmxFixedPoint, ANonFiniteActivationStaysInItsRow) {
   for (int bits : {4, 8}) {
     QuantSpec spec{512, 64, bits, 128, false, false, true, false, sdk::dtype_f16(), 3};
     CanonicalWeight w = random_weight(spec);
+    FixedRows sixteen("16");
     auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
-    const int64_t M = 6, N = 64;
-    Activations x = random_activations(M, 512, sdk::dtype_f32(), 11);
-    LinearResult clean = run_linear(*layer, x, N);
-    ASSERT_EQ(clean.status, NIBBLE_OK) << clean.message;
-    for (float bad : {std::nanf(""), INFINITY}) {
-      Activations y = x;
-      sdk::store_float(y.bytes.data(), y.dtype, size_t(2 * 512 + 300), bad);  // row 2
-      LinearResult r = run_linear(*layer, y, N);
-      ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-          const double v = r.values[size_t(m * N + n)];
-          if (m == 2)
-            ASSERT_TRUE(std::isnan(v)) << "bits " << bits << " n " << n;
-          else
-            ASSERT_EQ(v, clean.values[size_t(m * N + n)]) << "bits " << bits << " row " << m;
-        }
+    const int64_t N = 64;
+    // One A tile (6 rows), and two (13 rows, the bad one in the second tile).
+    for (const auto& [M, bad_row] : {std::pair<int64_t, int64_t>{6, 2}, {13, 10}}) {
+      Activations x = random_activations(M, 512, sdk::dtype_f32(), 11);
+      LinearResult clean = run_linear(*layer, x, N);
+      ASSERT_EQ(clean.status, NIBBLE_OK) << clean.message;
+      for (float bad : {std::nanf(""), INFINITY}) {
+        Activations y = x;
+        sdk::store_float(y.bytes.data(), y.dtype, size_t(bad_row * 512 + 300), bad);
+        LinearResult r = run_linear(*layer, y, N);
+        ASSERT_EQ(r.status, NIBBLE_OK) << r.message;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            const double v = r.values[size_t(m * N + n)];
+            if (m == bad_row)
+              ASSERT_TRUE(std::isnan(v)) << "bits " << bits << " M " << M << " n " << n;
+            else
+              ASSERT_EQ(v, clean.values[size_t(m * N + n)])
+                  << "bits " << bits << " M " << M << " row " << m;
+          }
+      }
     }
   }
 }
