@@ -437,11 +437,15 @@ int main(int argc, char** argv) {
     check_blas(cublasSetStream(blas, dev.stream), "cublasSetStream");
     if (o.linear) out["linear"] = run_linear(o, dev, blas);
     if (o.moe) {
-      out["moe"] = run_moe(o.plugin, o.iters, o.peak_tbs, dev, o.moe_shape);
-      out["moe_shape"] = {{"experts", o.moe_shape.experts},
-                          {"top_k", o.moe_shape.top_k},
-                          {"K", o.moe_shape.K},
-                          {"I", o.moe_shape.I}};
+      MoeBenchShape shape = o.moe_shape;
+      shape.asymmetric = o.asymmetric;
+      out["moe"] = run_moe(o.plugin, o.iters, o.peak_tbs, dev, shape);
+      out["moe_shape"] = {
+          {"experts", o.moe_shape.experts},
+          {"top_k", o.moe_shape.top_k},
+          {"K", o.moe_shape.K},
+          {"I", o.moe_shape.I},
+          {"zero_points", o.asymmetric ? "random (asymmetric)" : "none (symmetric)"}};
     }
     cublasDestroy(blas);
     if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";

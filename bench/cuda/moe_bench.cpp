@@ -20,12 +20,12 @@ namespace nibble::cuda::bench {
 
 namespace {
 
-// Random 4-bit symmetric g128 [N][K] with f16 scales, owned.
+// Random 4-bit g128 [N][K] with f16 scales, owned: symmetric, or with random zero points.
 struct Expert {
   std::vector<uint8_t> q, zeros;
   std::vector<uint16_t> scales;
   nibble_canonical_weight c{};
-  Expert(int64_t K, int64_t N, std::mt19937& rng) {
+  Expert(int64_t K, int64_t N, std::mt19937& rng, bool asymmetric) {
     const int64_t G = K / 128;
     q.resize(size_t(K * N));
     for (size_t i = 0; i < q.size(); i += 8) {
@@ -33,6 +33,8 @@ struct Expert {
       for (size_t j = 0; j < 8 && i + j < q.size(); ++j) q[i + j] = uint8_t((r >> (4 * j)) & 15);
     }
     zeros.assign(size_t(G * N), 8);
+    if (asymmetric)
+      for (auto& z : zeros) z = uint8_t(rng() & 15);
     scales.resize(size_t(G * N));
     for (auto& s : scales) s = sdk::f32_to_f16((0.5f + float(rng() % 1000) / 1000.f) / 400.f);
     c.struct_size = sizeof c;
@@ -93,8 +95,8 @@ nlohmann::json run_moe(const std::string& plugin_path, int iters, double peak_tb
   w2.reserve(E);
   std::vector<nibble_canonical_weight> v13, v2;
   for (int e = 0; e < E; ++e) {
-    w13.emplace_back(K, 2 * I, rng);
-    w2.emplace_back(I, K, rng);
+    w13.emplace_back(K, 2 * I, rng, s.asymmetric);
+    w2.emplace_back(I, K, rng, s.asymmetric);
     v13.push_back(w13.back().c);
     v2.push_back(w2.back().c);
   }
@@ -104,8 +106,8 @@ nlohmann::json run_moe(const std::string& plugin_path, int iters, double peak_tb
   d.device_id = 0;
   d.act_dtypes = NIBBLE_DTYPE_BF16;
   sdk::host::ExpertViews views(v13, v2);
-  std::printf("\nMoE %d experts top-%d, K %lld, I %lld, 4-bit g128 (preparing...)\n", E, top_k,
-              (long long)K, (long long)I);
+  std::printf("\nMoE %d experts top-%d, K %lld, I %lld, 4-bit g128, %s (preparing...)\n", E, top_k,
+              (long long)K, (long long)I, s.asymmetric ? "random zero points" : "symmetric");
   sdk::host::Prepared prepared = sdk::host::prepare(k, d, sdk::host::experts_input(views.source()));
   const double expert_bytes = double(prepared.bytes()) / E;
   nlohmann::json rows = nlohmann::json::array();

@@ -64,10 +64,12 @@ struct Timing {
 Timing time_calls(int iters, cudaStream_t stream, const std::function<void(int)>& call);
 
 /// The experts of the MoE bench: E experts of K × 2I (gate and up) and I × K (down), top_k per
-/// token; Mixtral-like by default.
+/// token; Mixtral-like by default. Symmetric (every zero point 8, which the packer leaves out)
+/// unless `asymmetric` (random zero points, as an AWQ checkpoint's experts have).
 struct MoeBenchShape {
   int experts = 8, top_k = 2;
   int64_t K = 4096, I = 14336;
+  bool asymmetric = false;
 };
 
 /// The fused MoE of `shape` through the plugin at `plugin_path`, at M = 1, 4 and 16.
