@@ -306,8 +306,8 @@ int64_t unit_row_minimum() {
 }
 
 // 8 rows fill one A tile (two tile rows each). 9-16 rows take two, whose int8 products are as many
-// as the bf16 tiles' at half the B-tile bytes but twice the C rows to stage and read: slower at 2
-// threads on the AMX host (docs/cpu_amx.md, Kernels), so they stay on bf16 activations unless
+// as the bf16 tiles' at half the B-tile bytes but twice the C rows to stage and read: not faster
+// at 2 or 16 threads on AMX machines (docs/cpu_amx.md, Kernels), so they stay on bf16 unless
 // NIBBLE_CPU_AMX_FIXED_M (read at prepare, 0-kFixedTileRows; 0 turns the fixed point off) says so.
 int64_t fixed_point_row_limit() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_M", 0, kFixedTileRows).value_or(8);
