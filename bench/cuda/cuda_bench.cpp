@@ -35,8 +35,9 @@ struct Options {
   double peak_tbs = 4.8;
   bool sweep = false, moe = true, linear = true;
   MoeBenchShape moe_shape;
-  int tile_rows = 0;    // the small-M kernel's rows per tile (8 or 16); 0: its own choice
-  bool overlap = true;  // the small-M kernel may start while the previous call finishes
+  int tile_rows = 0;      // the small-M kernel's rows per tile (8 or 16); 0: its own choice
+  int weights_as_a = -1;  // its 16-row tiles' A operand: 1 the weight, 0 the rows; -1: its own
+  bool overlap = true;    // the small-M kernel may start while the previous call finishes
   // Calls on the legacy default stream instead of a stream of their own.
   bool legacy_stream = false;
   // The linear layers' weights have zero points (AWQ's kind) instead of none.
@@ -82,6 +83,11 @@ Options parse(int argc, char** argv) {
       o.tile_rows = int(std::stoi(value()));
       if (o.tile_rows != 8 && o.tile_rows != 16)
         throw std::runtime_error("--tile-rows takes 8 or 16, not " + std::to_string(o.tile_rows));
+    } else if (a == "--weights-as-a") {
+      o.weights_as_a = int(std::stoi(value()));
+      if (o.weights_as_a != 0 && o.weights_as_a != 1)
+        throw std::runtime_error("--weights-as-a takes 0 or 1, not " +
+                                 std::to_string(o.weights_as_a));
     } else if (a == "--no-overlap")
       o.overlap = false;
     else if (a == "--legacy-stream")
@@ -125,7 +131,9 @@ Options parse(int argc, char** argv) {
     } else {
       throw std::runtime_error(
           "unknown option " + a +
-          " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 --no-overlap "
+          " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 --weights-as-a "
+          "0|1 "
+          "--no-overlap "
           "--legacy-stream --asymmetric --weight-ring 0|2-6 --wgmma-tma 0|1 "
           "--no-moe --moe-only --moe-shape E,TOPK,K,I --peak-tbs T --plugin PATH)");
     }
@@ -245,10 +253,11 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
             c.tma = o.wgmma_tma == 1;
           }
           check_cuda(launch_marlin_wgmma(a, c, dev.stream), "launch_marlin_wgmma");
-        } else if ((o.tile_rows != 0 || !o.overlap || o.weight_ring >= 0) &&
+        } else if ((o.tile_rows != 0 || o.weights_as_a >= 0 || !o.overlap || o.weight_ring >= 0) &&
                    !(M > 64 && tiled_takes(a))) {
           StreamConfig c = choose_stream_config(a, dev.sms);
           if (o.tile_rows != 0) c.tile_rows = o.tile_rows;
+          if (o.weights_as_a >= 0 && c.tile_rows != 8) c.weights_as_a = o.weights_as_a;
           c.overlap_previous = o.overlap;
           c.weight_ring = o.weight_ring;
           check_cuda(launch_marlin_stream(a, c, dev.stream), "launch_marlin_stream");
@@ -310,24 +319,32 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
         std::printf("        stream:");
         if (M <= 256) {
           const std::vector<int> Rs = M <= 16 ? std::vector<int>{1, 2, 4} : std::vector<int>{1};
-          const std::vector<int> Ts = M <= 16 ? std::vector<int>{8, 16} : std::vector<int>{16};
+          // Tiles of 8 rows, of 16 with the rows as A (A0) and with the weight as A (A1), or only
+          // those --tile-rows and --weights-as-a name.
+          std::vector<std::pair<int, int>> forms;
+          for (auto [T, WA] : {std::pair{8, 1}, {16, 0}, {16, 1}})
+            if ((M <= 16 || T == 16) && (o.tile_rows == 0 || o.tile_rows == T) &&
+                (o.weights_as_a < 0 || T == 8 || o.weights_as_a == WA))
+              forms.push_back({T, WA});
           for (int W : {0, 2, 3, 4, 6})
-            for (int T : Ts)
+            for (auto [T, WA] : forms)
               for (int B : {2, 1})
                 for (int R : Rs)
                   for (int C : {1, 2, 3, 4, 6, 8}) {
                     StreamConfig c{R, C, B, T};
+                    c.weights_as_a = WA;
                     c.weight_ring = W;
                     const double t = stream_us(c);
                     if (t < 0) continue;
                     sweep.push_back({{"kernel", "stream"},
                                      {"T", T},
+                                     {"A", WA},
                                      {"B", B},
                                      {"R", R},
                                      {"C", C},
                                      {"W", W},
                                      {"us", t}});
-                    std::printf(" T%dB%dR%dC%dW%d %.1f", T, B, R, C, W, t);
+                    std::printf(" T%dA%dB%dR%dC%dW%d %.1f", T, WA, B, R, C, W, t);
                   }
           // The launcher's own split with every ring depth.
           for (int W : {0, 2, 3, 4, 5, 6}) {
@@ -423,7 +440,8 @@ int main(int argc, char** argv) {
                           {"l2_bytes", dev.l2_bytes}, {"nominal_peak_tbs", o.peak_tbs},
                           {"copy_tbs", dev.copy_tbs}, {"iters", o.iters}};
     // What the small-M kernel was told, so that an A/B run's files say which arm they are.
-    out["tile_rows"] = o.tile_rows;  // 0: the kernel's own choice
+    out["tile_rows"] = o.tile_rows;        // 0: the kernel's own choice
+    out["weights_as_a"] = o.weights_as_a;  // -1: the kernel's own choice
     out["stream"] = o.legacy_stream ? "legacy default" : "non-blocking";
     out["zero_points"] = o.asymmetric ? "random (asymmetric)" : "none (symmetric)";
     out["weight_ring"] = o.weight_ring;  // -1: the kernel's own choice

@@ -53,6 +53,7 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     for (int64_t M : {1, 4, 16}) {
       if (M <= 8 && e.K * e.N > 4096 * 4096) continue;  // decode on the large layers: below
       if (M > 8 && e.N <= 4096 * 2 && e.K >= 2048 && e.N >= 2048) continue;  // two tiles: below
+      if (M > 8 && e.K >= 4096) continue;  // one 16-row tile with the weight as A: below
       const cuda::StreamConfig c = chosen(e.K, e.N, M);
       EXPECT_EQ(c.runs_per_block, e.runs) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
@@ -70,11 +71,22 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
       EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.tile_rows, 8) << e.K << "x" << e.N << " M" << M;
     }
-  // 9-16 rows on layers of at most one run per SM: two tiles of 8, clusters of two, the fewest
-  // runs per block within two blocks per SM.
-  for (const Expected& e : {Expected{2048, 2048, 1, 2, 1}, Expected{4096, 4096, 1, 2, 2},
-                            Expected{14336, 4096, 1, 2, 2}, Expected{8192, 8192, 2, 2, 2},
-                            Expected{28672, 8192, 2, 2, 2}})
+  // 9-16 rows with K from 4096 to 16384: one 16-row tile with the weight as A, one block per SM,
+  // the fewest runs per block within the SMs, clusters of two where they fit.
+  for (const Expected& e : {Expected{4096, 4096, 1, 2, 1}, Expected{14336, 4096, 1, 2, 1},
+                            Expected{4096, 14336, 2, 1, 1}, Expected{8192, 8192, 1, 1, 1},
+                            Expected{4096, 1024, 1, 2, 1}})
+    for (int64_t M : {9, 12, 16}) {
+      const cuda::StreamConfig c = chosen(e.K, e.N, M);
+      EXPECT_EQ(c.tile_rows, 16) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.weights_as_a, 1) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.runs_per_block, e.runs) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
+      EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
+    }
+  // Other 9-16 rows on layers of at most one run per SM: two tiles of 8, clusters of two, the
+  // fewest runs per block within two blocks per SM.
+  for (const Expected& e : {Expected{2048, 2048, 1, 2, 1}, Expected{28672, 8192, 2, 2, 2}})
     for (int64_t M : {9, 12, 16}) {
       const cuda::StreamConfig c = chosen(e.K, e.N, M);
       EXPECT_EQ(c.tile_rows, 8) << e.K << "x" << e.N << " M" << M;
@@ -82,11 +94,13 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
       EXPECT_EQ(c.cluster, e.cluster) << e.K << "x" << e.N << " M" << M;
       EXPECT_EQ(c.blocks_per_sm, e.blocks_per_sm) << e.K << "x" << e.N << " M" << M;
     }
-  EXPECT_EQ(chosen(4096, 14336, 16).tile_rows, 16);  // 224 runs: the 16-row tile
-  EXPECT_EQ(chosen(4096, 1024, 16).tile_rows, 16);   // 16 runs: too few blocks
+  EXPECT_EQ(chosen(2048, 14336, 16).tile_rows, 16);     // 224 runs: the 16-row tile
+  EXPECT_EQ(chosen(2048, 14336, 16).weights_as_a, -1);  // the rows as A, the launcher's default
+  EXPECT_EQ(chosen(2048, 1024, 16).tile_rows, 16);      // 16 runs: too few blocks
   // The weight ring for decode tiles whose warps stream at least 16 slabs: at one block per SM
   // for every M, three batches from 48 slabs a warp and two below; at two blocks per SM two up to
-  // 4 rows; none for 16-row tiles.
+  // 4 rows; two for 16-row tiles with the weight as A at one block per SM, none with the rows as
+  // A.
   auto ring = [&](int64_t K, int64_t N, int64_t M) {
     cuda::GemmArgs a;
     a.w.K = K;
@@ -101,7 +115,8 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
     EXPECT_EQ(ring(4096, 14336, M), M <= 4 ? 2 : 0) << M;  // two blocks per SM
   }
   EXPECT_EQ(ring(4096, 14336, 2), 2);
-  EXPECT_EQ(ring(14336, 4096, 16), 0);
+  EXPECT_EQ(ring(14336, 4096, 16), 2);  // one 16-row tile with the weight as A
+  EXPECT_EQ(ring(2048, 14336, 16), 0);  // the rows as A
   // MoE work items of 16 rows: four adjacent runs per block and the smallest cluster that leaves
   // a warp at most 64 slabs (8 warps, 2 per run).
   auto chosen_items = [](int64_t K, int64_t N, int64_t items) {
@@ -197,7 +212,9 @@ TEST(CudaStreamSplit, ChoosesTheMeasuredSplitsAndOnlyValidOnes) {
           EXPECT_EQ(c.tile_rows, M <= 8 ? 8 : 16) << at;
         } else {
           EXPECT_TRUE(c.tile_rows == 8 || c.tile_rows == 16) << at;
-          if (c.tile_rows == 8) EXPECT_LE(N / 64, 132) << at << ": 8-row tiles on a wide layer";
+          if (c.tile_rows == 8) {
+            EXPECT_LE(N / 64, 132) << at << ": 8-row tiles on a wide layer";
+          }
         }
         if (M <= 16 && K <= 4096 && N <= 4096) {
           const int64_t runs = N / 64, slabs = K / 16;

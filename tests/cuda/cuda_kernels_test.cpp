@@ -30,8 +30,8 @@ struct LinearCase {
            (spec.v1_zero16 ? " zero16" : "") + " scales " + sdk::dtype_name(spec.scales_dtype) +
            " x " + sdk::dtype_name(act) + " M" + std::to_string(M) + " R" +
            std::to_string(config.runs_per_block) + " C" + std::to_string(config.cluster) + " B" +
-           std::to_string(config.blocks_per_sm) + " T" + std::to_string(config.tile_rows) + " W" +
-           std::to_string(config.weight_ring);
+           std::to_string(config.blocks_per_sm) + " T" + std::to_string(config.tile_rows) + " A" +
+           std::to_string(config.weights_as_a) + " W" + std::to_string(config.weight_ring);
   }
 };
 
@@ -158,13 +158,22 @@ QuantSpec spec(int64_t K, int64_t N, int bits, int gs, bool sym, bool act_order 
   return s;
 }
 
-// Both ways of putting rows on the MMA (tiles of 8 rows with the weight as A, tiles of 16 with
-// the rows as A) on every case, whatever M: more rows than a tile run as further tiles.
+// The tile forms: 8 rows with the weight as A, 16 with the rows as A, 16 with the weight as A.
+constexpr std::array<std::pair<int, int>, 3> kTileForms{{{8, 1}, {16, 0}, {16, 1}}};
+
+cuda::StreamConfig split(int R, int C, int B, std::pair<int, int> form) {
+  cuda::StreamConfig c{R, C, B, form.first};
+  c.weights_as_a = form.second;
+  return c;
+}
+
+// Every way of putting rows on the MMA on every case, whatever M: more rows than a tile run as
+// further tiles.
 TEST(CudaMarlinStream, RowsDtypesAndGroupings) {
   NIBBLE_REQUIRE_GPU();
   const DLDataType bf16 = sdk::dtype_bf16(), f16 = sdk::dtype_f16(), f32 = sdk::dtype_f32();
-  for (int T : {8, 16}) {
-    const cuda::StreamConfig c{0, 0, 2, T};
+  for (auto form : kTileForms) {
+    const cuda::StreamConfig c = split(0, 0, 2, form);
     for (int64_t M : {1, 3, 8, 9, 16, 64, 300})
       run_marlin({spec(512, 256, 4, 128, true, false, f16, 1), M, bf16, c});
     for (DLDataType act : {bf16, f16, f32}) {
@@ -186,18 +195,14 @@ TEST(CudaMarlinStream, RowsDtypesAndGroupings) {
 
 TEST(CudaMarlinStream, EverySplitConfiguration) {
   NIBBLE_REQUIRE_GPU();
-  for (int T : {8, 16})
+  for (auto form : kTileForms)
     for (int B : {2, 1})
       for (int R : {1, 2, 4, 8})
         for (int C : {1, 2, 3, 4, 6, 8}) {
-          run_marlin({spec(1024, 512, 4, 128, false, false, sdk::dtype_f16(), 21),
-                      5,
-                      sdk::dtype_bf16(),
-                      {R, C, B, T}});
+          run_marlin({spec(1024, 512, 4, 128, false, false, sdk::dtype_f16(), 21), 5,
+                      sdk::dtype_bf16(), split(R, C, B, form)});
           run_marlin({spec(1024, 320, 8, 64, true, false, sdk::dtype_bf16(), 22),
-                      T == 8 ? 7 : 16,
-                      sdk::dtype_f16(),
-                      {R, C, B, T}});
+                      form.first == 8 ? 7 : 16, sdk::dtype_f16(), split(R, C, B, form)});
         }
   // Act-order groups (read per slab) and f32 activations under both register budgets.
   for (int B : {2, 1}) {
@@ -207,6 +212,8 @@ TEST(CudaMarlinStream, EverySplitConfiguration) {
                 3,
                 sdk::dtype_f32(),
                 {1, 3, B, 16}});
+    run_marlin({spec(1024, 128, 4, 64, true, true, sdk::dtype_f16(), 23), 14, sdk::dtype_f32(),
+                split(1, 3, B, {16, 1})});
     run_marlin({spec(2048, 192, 4, 32, false, false, sdk::dtype_bf16(), 24),
                 11,
                 sdk::dtype_bf16(),
@@ -292,8 +299,9 @@ TEST(CudaMarlinStream, WeightRing) {
   for (int W : {2, 3, 4, 6})
     for (int B : {2, 1}) {
       if (W == 6 && B == 2) continue;  // more than two blocks' share of an SM
-      auto config = [&](int R, int C, int T) {
+      auto config = [&](int R, int C, int T, int weights_as_a = -1) {
         cuda::StreamConfig c{R, C, B, T};
+        c.weights_as_a = weights_as_a;
         c.weight_ring = W;
         return c;
       };
@@ -302,8 +310,12 @@ TEST(CudaMarlinStream, WeightRing) {
       run_marlin({spec(8192, 128, 4, 64, false, false, bf16, 62), 8, bf16, config(1, 3, 8)});
       run_marlin({spec(1024, 128, 8, 128, true, true, f16, 63), 5, f32, config(2, 2, 8)});
       run_marlin({spec(2048, 192, 4, -1, false, false, f32, 64), 2, f16, config(1, 4, 8)});
-      run_marlin({spec(2048, 256, 4, 128, true, false, f16, 65), 16, bf16, config(4, 2, 16)});
-      run_marlin({spec(1024, 128, 8, 32, true, true, bf16, 66), 12, f32, config(1, 1, 16)});
+      for (int WA : {0, 1}) {
+        run_marlin({spec(2048, 256, 4, 128, true, false, f16, 65), 16, bf16, config(4, 2, 16, WA)});
+        run_marlin({spec(1024, 128, 8, 32, true, true, bf16, 66), 12, f32, config(1, 1, 16, WA)});
+        run_marlin(
+            {spec(4096, 128, 4, 128, false, false, bf16, 68), 13, f16, config(1, 2, 16, WA)});
+      }
     }
   // A ring too deep for its staged rows is refused, not launched.
   const QuantSpec s = spec(1024, 128, 4, 128, true, false, sdk::dtype_f16(), 67);

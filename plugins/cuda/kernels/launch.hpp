@@ -75,9 +75,13 @@ struct StreamConfig {
   int runs_per_block = 0;
   int cluster = 0;
   int blocks_per_sm = 2;  ///< the register budget: 2 (128 per thread) or 1 (255)
-  /// Rows per tile: 8 (the weight is the MMA's A operand, 4 MMAs per slab) or 16 (the rows are
-  /// A, 8 MMAs per slab); 0 picks 8 where no tile or item holds more rows.
+  /// Rows per tile: 8 or 16; 0 picks 8 where no tile or item holds more rows.
   int tile_rows = 0;
+  /// 1: the weight is the MMA's A operand (4 MMAs per slab and 8 rows, the group sums in
+  /// registers; always so in 8-row tiles); 0: the rows are A (16-row tiles only, 8 MMAs per slab,
+  /// the group sums flushed to shared memory); -1: the weight in 8-row tiles, the rows in
+  /// 16-row ones (choose_stream_config picks per layer).
+  int weights_as_a = -1;
   /// Launch with programmatic stream serialization: the kernel starts while the previous kernel
   /// on the stream finishes, loads its first weights, then waits for it before it reads the
   /// activations (or the MoE items) and before it writes anything.

@@ -1,6 +1,7 @@
 // Launch of the small-M Marlin kernel (marlin_stream_kernel.cuh): its form for the call's rows
-// (weights as A up to 8 rows, rows as A up to 16), its register budget and weight ring, the
-// shared memory its window of K needs, and launches split where the rows exceed the grid.
+// (the weight as A in tiles of 8 or 16 rows, or the rows as A), its register budget and weight
+// ring, the shared memory its windows of K need, and launches split where the rows exceed the
+// grid.
 #include "marlin_stream_kernel.cuh"
 
 #include <algorithm>
@@ -10,10 +11,9 @@ namespace {
 
 using namespace stream_kernel;
 
-template <class A, int BITS, int kMinBlocks, bool kWeightsA, Batches kBatches>
+template <class A, int BITS, int kMinBlocks, bool kWeightsA, Batches kBatches, int kTile>
 cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
   constexpr int P = kPlanes<A>;
-  constexpr int kTile = kWeightsA ? 8 : kRows;
   const int64_t slabs = a.w.K / 16;
   const int64_t block_slabs = (slabs + c.cluster - 1) / c.cluster;
   // Only the rows a tile or item can hold are staged (one at M = 1), so a window holds more K.
@@ -25,12 +25,13 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
       ring > 0 ? kRingBlockSmem[kMinBlocks - 1] - kSumBytes - ring_bytes : kSmemBudget;
   const int64_t fit = (act_budget / k_bytes - 8) / 16;
   if (fit < 1) return cudaErrorInvalidValue;  // a ring too deep for the staged rows
-  const int window = int(std::min(block_slabs, fit));
+  // Windows of equal size: a short last window costs a whole staging for few slabs.
+  const int64_t windows = (block_slabs + fit - 1) / fit;
+  const int window = int((block_slabs + windows - 1) / windows);
   const size_t smem = size_t(kSumBytes) + size_t(k_bytes * (int64_t(window) * 16 + 8) + ring_bytes);
-  auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA, kBatches>;
-  cudaError_t e =
-      device::allow_shared_memory<marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA, kBatches>>(
-          smem);
+  auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA, kBatches, kTile>;
+  cudaError_t e = device::allow_shared_memory<
+      marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA, kBatches, kTile>>(smem);
   if (e != cudaSuccess) return e;
   const int64_t runs = a.w.N / 64;
   const int64_t strips = (runs + c.runs_per_block - 1) / c.runs_per_block;
@@ -60,17 +61,23 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
 
 // Two register budgets: 128 per thread (two blocks per SM, more loads in flight) or 255 (one
 // block, no spills).
-template <class A, int BITS, bool kWeightsA, Batches kBatches>
+template <class A, int BITS, bool kWeightsA, Batches kBatches, int kTile>
 cudaError_t launch_budget(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
-  return c.blocks_per_sm == 1 ? launch_occupancy<A, BITS, 1, kWeightsA, kBatches>(a, c, stream)
-                              : launch_occupancy<A, BITS, 2, kWeightsA, kBatches>(a, c, stream);
+  return c.blocks_per_sm == 1
+             ? launch_occupancy<A, BITS, 1, kWeightsA, kBatches, kTile>(a, c, stream)
+             : launch_occupancy<A, BITS, 2, kWeightsA, kBatches, kTile>(a, c, stream);
 }
 
+// 16-row tiles keep both ways of holding weight batches in one instantiation (compiled apart
+// they measured slower with the rows as A); decode tiles compile the one they run.
 template <class A, int BITS>
 cudaError_t launch_typed(const GemmArgs& a, StreamConfig c, cudaStream_t stream) {
-  if (c.tile_rows != 8) return launch_budget<A, BITS, false, Batches::either>(a, c, stream);
-  return c.weight_ring > 0 ? launch_budget<A, BITS, true, Batches::ring>(a, c, stream)
-                           : launch_budget<A, BITS, true, Batches::registers>(a, c, stream);
+  if (c.tile_rows != 8)
+    return c.weights_as_a == 1
+               ? launch_budget<A, BITS, true, Batches::either, kRows>(a, c, stream)
+               : launch_budget<A, BITS, false, Batches::either, kRows>(a, c, stream);
+  return c.weight_ring > 0 ? launch_budget<A, BITS, true, Batches::ring, 8>(a, c, stream)
+                           : launch_budget<A, BITS, true, Batches::registers, 8>(a, c, stream);
 }
 
 }  // namespace
@@ -100,6 +107,9 @@ cudaError_t launch_marlin_stream(const GemmArgs& a, StreamConfig c, cudaStream_t
   }
   if (c.tile_rows == 0) c.tile_rows = (a.items ? a.item_rows : a.M) <= 8 ? 8 : kRows;
   if (c.tile_rows != 8 && c.tile_rows != kRows) return cudaErrorInvalidValue;
+  if (c.weights_as_a < 0) c.weights_as_a = c.tile_rows == 8 ? 1 : 0;
+  if (c.weights_as_a != 1 && (c.weights_as_a != 0 || c.tile_rows == 8))
+    return cudaErrorInvalidValue;
   if (a.items && (a.item_rows < 1 || a.item_rows > c.tile_rows)) return cudaErrorInvalidValue;
   if (c.runs_per_block != 1 && c.runs_per_block != 2 && c.runs_per_block != 4 &&
       c.runs_per_block != 8)

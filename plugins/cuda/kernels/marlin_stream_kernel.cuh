@@ -7,13 +7,13 @@
 // over the blocks of a thread-block cluster, whose partial sums meet in distributed shared
 // memory — one launch, no global scratch.
 //
-// Two ways to put a tile of rows on the m16n8k16 MMA. Up to 8 rows (decode), the weight is the
-// A operand (16 output channels × 16 inputs) and the rows are B's 8 columns: a 16 × 64 slab takes
-// 4 MMAs, and a lane's group sums fit in 16 registers, so the per-group scaling stays in
-// registers. The dequantized B fragments of two adjacent n8 tiles are exactly one A fragment
-// (A rows g and g + 8 are those tiles' column g), so the Marlin layout serves both. From 9 to 16
-// rows, the rows are A (16 × 16) and the weight B: 8 MMAs per slab, the group sums flushed into
-// shared memory.
+// Two ways to put a tile of rows on the m16n8k16 MMA. With the weight as the A operand (16 output
+// channels × 16 inputs) the rows are B's 8 columns: a 16 × 64 slab takes 4 MMAs per 8 rows (a
+// tile of 8 or 16), and a lane's group sums fit in 16 registers per 8 rows, so the per-group
+// scaling stays in registers. The dequantized B fragments of two adjacent n8 tiles are exactly
+// one A fragment (A rows g and g + 8 are those tiles' column g), so the Marlin layout serves
+// both. With the rows as A (16 × 16, tiles of 16) the weight is B: 8 MMAs per slab, the group
+// sums flushed into shared memory.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -70,14 +70,18 @@ __device__ __forceinline__ int sum_index(int warp, int row, int col) {
 // they keep both.
 enum class Batches { registers, ring, either };
 
-template <class A, int BITS, int kMinBlocks, bool kWeightsA, Batches kBatches>
+// kTile: rows per tile, 8 or 16 with the weight as A (kWeightsA), 16 with the rows as A.
+template <class A, int BITS, int kMinBlocks, bool kWeightsA, Batches kBatches, int kTile>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     marlin_stream_kernel(const GemmArgs a, int runs_per_block, int cluster, int window_slabs,
                          int staged_rows, int ring_batches) {
+  static_assert(kTile == 8 || kTile == kRows, "tiles of 8 or 16 rows");
+  static_assert(kWeightsA || kTile == kRows, "the rows as A take 16-row tiles");
   using T = MmaType<A>;
   constexpr int P = kPlanes<A>;
-  constexpr int kTile = kWeightsA ? 8 : kRows;  // rows per tile
-  constexpr int kWordsPerLane = BITS / 4;       // uint4 per lane per slab
+  // Weights as A: n8 tiles of rows (B fragments) per slab, and m16 × n8 sums per lane.
+  constexpr int kRowTiles = kTile / 8;
+  constexpr int kWordsPerLane = BITS / 4;  // uint4 per lane per slab
   constexpr int kBatch = BITS == 4 ? 4 : 2;
   extern __shared__ uint4 smem[];
 
@@ -90,7 +94,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   device::allow_next_kernel();
   // The push reduction below writes into other blocks' shared memory before any cluster-wide
   // sync: this arrival, waited for just before it, makes sure every block has started.
-  const bool push_reduction = kWeightsA && cluster > 1;
+  // Only tiles of 8 rows leave rows 8-15 of the warps' sums free for its inbox.
+  const bool push_reduction = kWeightsA && kTile == 8 && cluster > 1;
   const bool use_ring = kBatches == Batches::either ? ring_batches > 0 : kBatches == Batches::ring;
   if (push_reduction) device::cluster_arrive();
   int expert = 0;
@@ -115,8 +120,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int32_t* columns = w.columns ? w.columns + expert * w.expert_columns : nullptr;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tq = lane % 4;
-  // The staged row whose address this lane gives ldmatrix.
-  const int x_row = std::min(kWeightsA ? lane % 8 : lane % 16, staged_rows - 1);
+  // The staged row whose address this lane gives ldmatrix (weights as A: lanes 16-31 address
+  // rows 8-15 in tiles of 16).
+  const int x_row = std::min(kWeightsA ? lane % 8 + (kTile == 16 ? 8 * (lane / 16) : 0) : lane % 16,
+                             staged_rows - 1);
   // Runs per block are 1, 2, 4 or 8 (the launcher checks): shifts, not divisions.
   const int R = runs_per_block, r_shift = __ffs(R) - 1, KP = kWarps >> r_shift;
   const int run = warp & (R - 1), kp = warp >> r_shift;
@@ -141,11 +148,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     float4* mine = reinterpret_cast<float4*>(sums + warp * kRows * kSumLd);
     for (int i = lane; i < kRows * kSumLd / 4; i += 32) mine[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  // Weights as A: the lane's sums over all its slabs, (m16 tile j, i) = channel 8(2j + i / 2) + g
-  // of the run, row 2 · tq + i % 2.
-  float total[4][4];
+  // Weights as A: the lane's sums over all its slabs, (4h + j, i) = channel 8(2j + i / 2) + g of
+  // the run, row 8h + 2 · tq + i % 2.
+  float total[4 * kRowTiles][4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < 4 * kRowTiles; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) total[j][i] = 0.f;
 
@@ -198,27 +205,35 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   auto ring_prologue = [&](int s0, int s1) {
     for (int i = 0; i + 1 < ring_batches; ++i) fetch_ring(i, s0 + i * kBatch, s1);
   };
-  // The weight does not depend on earlier kernels: the first batches are on their way before
-  // this kernel waits for the previous one and stages its activations.
-  {
+  // The first batches of the warp's slabs in the window starting at slab ws.
+  auto start_window = [&](int ws) {
     int s0, s1;
-    warp_slabs(block_begin, s0, s1);
+    warp_slabs(ws, s0, s1);
     if (run_valid && s0 < s1) {
       if (use_ring)
         ring_prologue(s0, s1);
       else
         fetch(buf0, s0, s1);
     }
-  }
+  };
+  // The weight does not depend on earlier kernels: the first batches are on their way before
+  // this kernel waits for the previous one and stages its activations.
+  start_window(block_begin);
   if (!a.items) device::wait_for_previous_kernel();
 
   for (int ws = block_begin; ws < block_end; ws += window_slabs) {
     const int we = block_end < ws + window_slabs ? block_end : ws + window_slabs;
     const int64_t width = int64_t(we - ws) * 16, k0 = int64_t(ws) * 16;
+    // A later window's first batches are on their way while its activations are staged.
+    if (ws != block_begin) start_window(ws);
     __syncthreads();  // the previous window's activations are consumed
     // Stage x[rows][k0, k0 + width) as P planes of T (f32: hi = bf16(x), lo = bf16(x − hi)).
     // Rows past `rows` stay unset: an output row depends only on its own activation row (an A
-    // row, or a B column with the weight as A), and those outputs are never stored.
+    // row, or a B column with the weight as A), and those outputs are never stored. Rows in the
+    // MMA type are copied with cp.async, every copy of the window in flight at once, kept in L1
+    // for the other block on the multiprocessor, which stages the same inputs where the split
+    // has no cluster (a loop of loads and stores waited for each load before the next went out:
+    // docs/cuda.md, "Staging with cp.async").
     const bool vec = std::is_same_v<A, T> && columns == nullptr && a.ldx % 8 == 0 &&
                      reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     for (int r = 0; r < rows; ++r) {
@@ -228,7 +243,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (vec) {
         const uint4* src = reinterpret_cast<const uint4*>(xrow) + k0 / 8;
         uint4* dst = reinterpret_cast<uint4*>(sa + r * ld_smem);
-        for (int64_t c = threadIdx.x; c < width / 8; c += kThreads) dst[c] = __ldg(src + c);
+        for (int64_t c = threadIdx.x; c < width / 8; c += kThreads)
+          device::cp_async16_l1(dst + c, src + c);
       } else {
         for (int64_t c = threadIdx.x; c < width; c += kThreads) {
           const int64_t k = columns ? columns[k0 + c] : k0 + c;
@@ -243,14 +259,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         }
       }
     }
+    if (vec) {  // the ring's batches in flight complete with the copies, which they precede
+      device::cp_async_commit();
+      device::cp_async_wait<0>();
+    }
     __syncthreads();
     if (!run_valid) continue;
     int s0, s1;
     warp_slabs(ws, s0, s1);
     if (s0 >= s1) continue;
 
-    // The current group's fp32 sums: 8 n8 tiles of C (rows as A), or 4 m16 tiles (weights as A).
-    constexpr int kParts = kWeightsA ? 4 : 8;
+    // The current group's fp32 sums: 8 n8 tiles of C (rows as A), or 4 m16 tiles per 8 rows
+    // (weights as A, indexed as `total`).
+    constexpr int kParts = kWeightsA ? 4 * kRowTiles : 8;
     float tmp[kParts][4];
 #pragma unroll
     for (int t = 0; t < kParts; ++t)
@@ -303,11 +324,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
       }
     };
-    // Weights as A: total += tmp · scale in registers, 16 FFMA per group.
+    // Weights as A: total += tmp · scale in registers, 16 FFMA per group and 8 rows.
     auto flush_a = [&](auto scale_of) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 s2 = scale_of(j);
+      for (int j = 0; j < kParts; ++j) {
+        const float2 s2 = scale_of(j % 4);
         total[j][0] += tmp[j][0] * s2.x;
         total[j][1] += tmp[j][1] * s2.x;
         total[j][2] += tmp[j][2] * s2.y;
@@ -339,11 +360,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     auto compute = [&](const uint4(&words_u)[kWordsPerLane], int s) {
       const int kk = int(s - ws) * 16;
       if constexpr (kWeightsA) {
-        // B: rows 0-7 × the slab's 16 inputs (lanes 0-7 address matrix 0, 8-15 matrix 1).
-        uint32_t xb[P][2];
+        // B: rows 0-7 (and 8-15) × the slab's 16 inputs (lanes 0-7 address matrix 0, 8-15
+        // matrix 1, 16-31 those of rows 8-15).
+        uint32_t xb[P][2 * kRowTiles];
 #pragma unroll
-        for (int p = 0; p < P; ++p)
-          device::ldmatrix_x2(xb[p], sa + p * plane + x_row * ld_smem + kk + ((lane / 8) % 2) * 8);
+        for (int p = 0; p < P; ++p) {
+          const T* at = sa + p * plane + x_row * ld_smem + kk + ((lane / 8) % 2) * 8;
+          if constexpr (kTile == 8)
+            device::ldmatrix_x2(xb[p], at);
+          else
+            device::ldmatrix_x4(xb[p], at);
+        }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           uint32_t b0[2], b1[2];  // n8 tiles 2j and 2j + 1 as B fragments
@@ -360,7 +387,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           }
           const uint32_t wa[4] = {b0[0], b1[0], b0[1], b1[1]};
 #pragma unroll
-          for (int p = 0; p < P; ++p) device::mma<T>(wa, xb[p], tmp[j]);
+          for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int h = 0; h < kRowTiles; ++h) device::mma<T>(wa, xb[p] + 2 * h, tmp[4 * h + j]);
         }
       } else {
         uint32_t af[P][4];
@@ -427,7 +456,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     };
 
     if (use_ring) {
-      if (ws != block_begin) ring_prologue(s0, s1);  // the first window's is already in flight
       int slot = 0;
       for (int sb = s0; sb < s1; sb += kBatch) {
         device::cp_async_wait_upto(ring_batches - 2);  // batch `slot` has landed
@@ -443,7 +471,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         slot = slot + 1 == ring_batches ? 0 : slot + 1;
       }
     } else {
-      if (ws != block_begin) fetch(buf0, s0, s1);  // the first window's is already in flight
       for (int sb = s0; sb < s1; sb += 2 * kBatch) {
         if (sb + kBatch < s1) fetch(buf1, sb + kBatch, s1);  // in flight while buf0 computes
         run_batch(buf0, sb);
@@ -459,10 +486,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     float* const mine = sums + warp * kRows * kSumLd;
     const int g = lane / 4;
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int t = 0; t < 4 * kRowTiles; ++t)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        mine[(2 * tq + i % 2) * kSumLd + 8 * (2 * j + i / 2) + g] = total[j][i];
+        mine[(8 * (t / 4) + 2 * tq + i % 2) * kSumLd + 8 * (2 * (t % 4) + i / 2) + g] = total[t][i];
   }
 
   // Reduce: the KP warps of each run, then the cluster's blocks through distributed shared

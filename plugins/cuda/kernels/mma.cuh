@@ -104,6 +104,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* global, int b
   const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(global), "r"(bytes));
 }
+/// The same copy, also kept in L1 (for data that other blocks on the multiprocessor read too).
+__device__ __forceinline__ void cp_async16_l1(void* smem, const void* global) {
+  const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(global));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

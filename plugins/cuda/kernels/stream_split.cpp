@@ -72,6 +72,25 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
       c.cluster *= 2;
     return c;
   }
+  if (!a.items && a.M > 8 && a.M <= kRows && slabs >= 256 && slabs <= 1024) {
+    // 9-16 rows on a layer with K from 4096 to 16384: one 16-row tile with the weight as A
+    // (each dequantized fragment feeds the MMAs of both 8-row halves), one block per SM on the
+    // 255-register budget (at 128 it spills), the fewest runs per block that keep the blocks
+    // within the SMs, K split over clusters of two where that still fits. H100 sweep of every
+    // split, M = 9 / 12 / 16, against the rules below (docs/cuda.md, "Staging with cp.async, and
+    // one 16-row tile with the weight as A"): 14336×4096 19.4 / 27.2 / 28.7 µs against 28.0 /
+    // 27.8 / 28.7 in two 8-row tiles, 4096×4096 10.1 / 10.2 / 10.9 against 10.4 / 10.4 / 11.0,
+    // 4096×14336 (two runs per block, no cluster) 20.0 / 20.6 / 21.7 against 20.8 / 21.7 / 23.2
+    // with the rows as A; 2048×2048 keeps two 8-row tiles (6.5 against 7.6-8.7).
+    c.tile_rows = kRows;
+    c.weights_as_a = 1;
+    c.blocks_per_sm = 1;
+    int R = 1;
+    while (R < 8 && (runs + R - 1) / R > sm_count) R *= 2;
+    c.runs_per_block = R;
+    c.cluster = (runs + R - 1) / R * 2 <= sm_count ? 2 : 1;
+    return c;
+  }
   if (!a.items && a.M > 8 && a.M <= kRows && slabs >= 128 && runs <= sm_count &&
       runs * 4 >= int64_t(sm_count) * 9 / 10) {
     // 9-16 rows on a layer of at most one run per SM, and enough runs that two tiles over
@@ -148,12 +167,18 @@ StreamConfig choose_stream_config(const GemmArgs& a, int sm_count) {
 // in two starts, M = 1 97.3-98.1 against 99.3-99.9 µs, M = 4 215.7-216.5 against 221.7-222.5,
 // M = 16 (16-row tiles) unchanged; a ring of three was slower (111.1 and 247.9), and the layer rule
 // above (two only at M <= 4 on two blocks per SM) gained at M = 1 alone (docs/cuda.md, "Rings for
-// MoE items").
+// MoE items"). 16-row tiles with the weight as A take a ring of two at one block per SM: in the
+// H100 sweep of every split at M = 9-16 the fastest ring on 4096×4096 and 4096×14336, within 1 %
+// on 2048×2048; on 14336×4096 at 12 and 16 rows deeper rings were 3-7 % faster because their
+// smaller windows split K evenly, as equal windows now do (docs/cuda.md, "Staging with cp.async,
+// and one 16-row tile with the weight as A"). With the rows as A, none.
 int choose_weight_ring(const GemmArgs& a, const StreamConfig& c) {
-  if (c.tile_rows != 8) return 0;
+  const bool wide_weights_a = c.tile_rows != 8 && c.weights_as_a == 1;
+  if (c.tile_rows != 8 && !wide_weights_a) return 0;
   const int64_t block_slabs = (a.w.K / 16 + c.cluster - 1) / c.cluster;
   const int64_t warp_slabs = block_slabs * c.runs_per_block / kWarps;
   if (warp_slabs < 16) return 0;
+  if (wide_weights_a) return c.blocks_per_sm == 1 ? 2 : 0;
   if (a.items) return 2;
   if (c.blocks_per_sm == 1) return warp_slabs >= 48 ? 3 : 2;
   return a.M <= 4 ? 2 : 0;
