@@ -131,9 +131,8 @@ Options parse(int argc, char** argv) {
     } else {
       throw std::runtime_error(
           "unknown option " + a +
-          " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 --weights-as-a "
-          "0|1 "
-          "--no-overlap "
+          " (--json F --iters N --m 1,16 --shapes KxN,... --sweep --tile-rows 8|16 "
+          "--weights-as-a 0|1 --no-overlap "
           "--legacy-stream --asymmetric --weight-ring 0|2-6 --wgmma-tma 0|1 "
           "--no-moe --moe-only --moe-shape E,TOPK,K,I --peak-tbs T --plugin PATH)");
     }

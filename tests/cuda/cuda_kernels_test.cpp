@@ -331,6 +331,13 @@ TEST(CudaMarlinStream, WeightRing) {
   EXPECT_EQ(cuda::launch_marlin_stream(a, deep, nullptr), cudaErrorInvalidValue);
   deep.weight_ring = 1;
   EXPECT_EQ(cuda::launch_marlin_stream(a, deep, nullptr), cudaErrorInvalidValue);
+  // So is a tile form that does not exist: the rows as A in 8-row tiles, or an unknown operand.
+  cuda::StreamConfig form{1, 1, 2, 8};
+  form.weights_as_a = 0;
+  EXPECT_EQ(cuda::launch_marlin_stream(a, form, nullptr), cudaErrorInvalidValue);
+  form.tile_rows = 16;
+  form.weights_as_a = 2;
+  EXPECT_EQ(cuda::launch_marlin_stream(a, form, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(CudaMarlinTiled, RowsDtypesGroupingsAndSplits) {
