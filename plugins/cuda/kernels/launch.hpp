@@ -65,8 +65,8 @@ struct GemmArgs {
   bool y_by_pair = false;   ///< row r writes y row sorted[r] (else y row r)
 };
 
-/// The small-M kernel's shape: warps per block, rows per tile with the rows as the MMA's A
-/// operand (8 with the weight as A), and the largest cluster of blocks splitting K.
+/// The small-M kernel's shape: warps per block, the most rows per tile (16; decode tiles take
+/// 8), the largest cluster of blocks splitting K and the deepest weight ring.
 constexpr int kStreamWarps = 8, kStreamRows = 16, kStreamMaxCluster = 8, kStreamMaxRing = 6;
 
 /// How the small-M kernel splits the work: 64-column runs per block and blocks per cluster

@@ -26,7 +26,7 @@ cudaError_t launch_occupancy(const GemmArgs& a, StreamConfig c, cudaStream_t str
   const int64_t fit = (act_budget / k_bytes - 8) / 16;
   if (fit < 1) return cudaErrorInvalidValue;  // a ring too deep for the staged rows
   // Windows of equal size: a short last window costs a whole staging for few slabs.
-  const int64_t windows = (block_slabs + fit - 1) / fit;
+  const int64_t windows = std::max<int64_t>(1, (block_slabs + fit - 1) / fit);  // K = 0: one
   const int window = int((block_slabs + windows - 1) / windows);
   const size_t smem = size_t(kSumBytes) + size_t(k_bytes * (int64_t(window) * 16 + 8) + ring_bytes);
   auto kernel = marlin_stream_kernel<A, BITS, kMinBlocks, kWeightsA, kBatches, kTile>;

@@ -64,10 +64,10 @@ __device__ __forceinline__ int sum_index(int warp, int row, int col) {
 }
 
 // Where a warp's weight batches wait between their loads and their MMAs: two register buffers,
-// the shared-memory ring, or either, as ring_batches says at run time. Decode tiles (weights as A)
-// compile one of the two, so an instantiation holds only the loop it runs (less code, fewer
-// registers: faster at M = 1-8, docs/cuda.md); 16-row tiles compiled that way were slower, so
-// they keep both.
+// the shared-memory ring, or either, as ring_batches says at run time. Decode tiles (8 rows, the
+// weight as A) compile one of the two, so an instantiation holds only the loop it runs (less
+// code, fewer registers: faster at M = 1-8, docs/cuda.md); 16-row tiles with the rows as A
+// compiled that way were slower, so 16-row tiles of either form keep both.
 enum class Batches { registers, ring, either };
 
 // kTile: rows per tile, 8 or 16 with the weight as A (kWeightsA), 16 with the rows as A.
@@ -283,10 +283,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     sc.load(w, scales, group, n_run, kWeightsA ? g : tq);
     uint32_t zop[8];
     load_zeros<T, BITS>(w, zeros, group, n_run, lane, zop);
-    // Decode tiles load regular groups' zero points a group ahead: the first slab of a group
-    // needs them at once, and a load from memory at each change stalled the warp (asymmetric
-    // weights ran up to 1.2x slower than symmetric ones at M = 1, more where a warp crosses more
-    // groups). The 16-row tiles keep their registers: there the prefetch spilled and lost 5 %.
+    // Tiles with the weight as A load regular groups' zero points a group ahead: the first slab
+    // of a group needs them at once, and a load from memory at each change stalled the warp
+    // (asymmetric weights ran up to 1.2x slower than symmetric ones at M = 1, more where a warp
+    // crosses more groups). Tiles with the rows as A keep their registers: there the prefetch
+    // spilled and lost 5 %.
     // `zero_ahead` is the group whose words `zero_words` hold (-1: none).
     device::ZeroWords<BITS> zero_words{};
     int zero_ahead = -1;
