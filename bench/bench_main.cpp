@@ -362,15 +362,6 @@ int finish_run(nlohmann::json& out, const Options& o, const LimitsByThreads& by_
     nlohmann::json l;
     l["threads"] = threads;
     l["read_gbps"] = to_json(stats(limits.bandwidth));
-    // A peak is measured only where a case of its mode runs (bf16 for W4A16, int8 for W4A8); one
-    // that was not is left out of the JSON and said so, not printed as 0.
-    auto peak = [](const std::vector<double>& v, const char* unit) {
-      if (v.empty()) return std::string("not measured (no case of that mode)");
-      const Stats p = stats(v);
-      char text[96];
-      std::snprintf(text, sizeof text, "%.2f %s (%.2f-%.2f)", p.median, unit, p.min, p.max);
-      return std::string(text);
-    };
     if (amx) {
       for (const auto& [key, values] :
            {std::pair<const char*, const std::vector<double>*>{"amx_bf16_tflops", &limits.bf16},
@@ -383,6 +374,15 @@ int finish_run(nlohmann::json& out, const Options& o, const LimitsByThreads& by_
     std::printf("\nmachine at %d threads, over the run: %s %.1f GB/s (%.1f-%.1f)", threads,
                 out.contains("device") ? "device copy" : "read", b.median, b.min, b.max);
     if (amx) {
+      // A peak is measured only where a case of its mode runs (bf16 for W4A16, int8 for W4A8);
+      // one that was not is left out of the JSON above and said so here, not printed as 0.
+      auto peak = [](const std::vector<double>& v, const char* unit) {
+        if (v.empty()) return std::string("not measured (no case of that mode)");
+        const Stats p = stats(v);
+        char text[96];
+        std::snprintf(text, sizeof text, "%.2f %s (%.2f-%.2f)", p.median, unit, p.min, p.max);
+        return std::string(text);
+      };
       std::printf(", AMX bf16 %s, AMX int8 %s", peak(limits.bf16, "TFLOP/s").c_str(),
                   peak(limits.int8, "TOP/s").c_str());
       std::printf("\n  with operand tile loads (the 2x2 loop a GEMM can run): bf16 %s, int8 %s",
