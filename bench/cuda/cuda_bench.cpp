@@ -32,7 +32,7 @@ struct Options {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 4096}, {4096, 14336}, {14336, 4096}};
   std::vector<int64_t> ms = {1, 4, 16, 32, 64, 128, 256, 1024};
   int iters = 200;
-  double peak_tbs = 4.8;
+  double peak_tbs = 0;  // the % of peak's divisor; 0: the device's nominal bandwidth
   bool sweep = false, moe = true, linear = true;
   MoeBenchShape moe_shape;
   int tile_rows = 0;      // the small-M kernel's rows per tile (8 or 16); 0: its own choice
@@ -433,8 +433,9 @@ nlohmann::json run_linear(const Options& o, const Device& dev, cublasHandle_t bl
 int main(int argc, char** argv) {
   using namespace nibble::cuda::bench;
   try {
-    const Options o = parse(argc, argv);
+    Options o = parse(argc, argv);
     Device dev = open_device(o.legacy_stream);
+    if (o.peak_tbs <= 0) o.peak_tbs = dev.nominal_tbs > 0 ? dev.nominal_tbs : 4.8;
     nlohmann::json out = {{"device", dev.name},       {"sms", dev.sms},
                           {"l2_bytes", dev.l2_bytes}, {"nominal_peak_tbs", o.peak_tbs},
                           {"copy_tbs", dev.copy_tbs}, {"iters", o.iters}};

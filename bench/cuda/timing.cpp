@@ -13,6 +13,10 @@ Device open_device(bool legacy_stream) {
   d.name = p.name;
   d.sms = p.multiProcessorCount;
   d.l2_bytes = size_t(p.l2CacheSize);
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess)
+    d.nominal_tbs = 2.0 * double(clock_khz) * 1e3 * double(bus_bits) / 8.0 / 1e12;
   if (!legacy_stream)
     check_cuda(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const size_t bytes = size_t(1) << 30;

@@ -31,7 +31,10 @@ struct Device {
   std::string name;
   int sms = 0;
   size_t l2_bytes = 0;
-  double copy_tbs = 0;            ///< measured device-to-device copy bandwidth (read + write)
+  double copy_tbs = 0;  ///< measured device-to-device copy bandwidth (read + write)
+  /// Nominal memory bandwidth from the memory clock and bus width the device reports (double data
+  /// rate), 0 where it reports none.
+  double nominal_tbs = 0;
   cudaStream_t stream = nullptr;  ///< a non-blocking stream, or null: the legacy default stream
 };
 
