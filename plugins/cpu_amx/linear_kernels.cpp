@@ -319,6 +319,17 @@ bool fixed_point_streaming() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1;
 }
 
+// Without AMX the fixed point streams only: VPDPBUSD on the high and low bytes of each row, sharing
+// each unpacked weight vector between the rows, against VDPBF16PS after three shifts and four
+// ternary-logic ops per 64 weight bytes; on Zen 4 at 2 threads 1.2-1.4x faster at 2-4 rows
+// (docs/cpu_amx.md, Kernels).
+int64_t fixed_point_rows(IsaLevel level) {
+  if (level == IsaLevel::amx) return fixed_point_row_limit();
+  if (level == IsaLevel::avx512 && fixed_point_streaming())
+    return std::min<int64_t>(fixed_point_row_limit(), 4);
+  return 0;
+}
+
 // Rows × padded K of the activations up to which each part of a streaming call prepares all the
 // rows itself (run_linear_private) instead of a share of them. NIBBLE_CPU_AMX_PRIVATE_FILL (read
 // at prepare; 0 shares them always) overrides it for benchmarks and tests.
@@ -344,7 +355,7 @@ class LinearPrepared final : public sdk::Prepared {
         paths_(paths_for(level)),
         dequant_m_(dequant_row_threshold()),
         unit_rows_(unit_row_minimum()),
-        fixed_m_(mode == Mode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0),
+        fixed_m_(mode == Mode::a16 ? fixed_point_rows(level) : 0),
         fixed_stream_(fixed_point_streaming()),
         private_fill_(private_fill_elements()),
         private_tile_fill_(private_tile_fill_elements()) {

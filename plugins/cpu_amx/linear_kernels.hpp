@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "probe.hpp"
+
 namespace nibble::cpu_amx {
 
 std::unique_ptr<sdk::Kernel> make_linear_a16_kernel();
@@ -38,9 +40,14 @@ int64_t dequant_row_threshold();
 int64_t fixed_point_row_limit();
 
 /// Whether W4A16 rows within the streaming row limit take fixed-point activations too, in the
-/// AVX-512 streaming kernel (AMX level; NIBBLE_CPU_AMX_FIXED_STREAM=0 turns it off, which keeps
-/// the streaming limit at one row).
+/// AVX-512 streaming kernel (NIBBLE_CPU_AMX_FIXED_STREAM=0 turns it off, which keeps the
+/// streaming limit at one row on AMX and bf16 activations at every M below it).
 bool fixed_point_streaming();
+
+/// Rows up to which a W4A16 layer on `level` takes fixed-point activations: on AMX
+/// fixed_point_row_limit() (streamed or on the int8 tiles); on AVX-512 with VNNI up to 4 rows in
+/// the streaming kernel, where fixed_point_streaming(); 0 elsewhere.
+int64_t fixed_point_rows(IsaLevel level);
 
 /// Rows × padded K of the activations up to which each part of a call on the streaming kernels
 /// prepares all the rows itself, in a buffer of its thread, instead of a share of them that every

@@ -155,7 +155,7 @@ class MoePrepared final : public sdk::Prepared {
         level_(level),
         kernels_(micro_kernels_for(level)),
         dequant_m_(dequant_row_threshold()),
-        fixed_m_(mode == MoeMode::a16 && level == IsaLevel::amx ? fixed_point_row_limit() : 0),
+        fixed_m_(mode == MoeMode::a16 ? fixed_point_rows(level) : 0),
         fixed_stream_(fixed_point_streaming()) {
     small_m_ = streaming_row_limit(mode == MoeMode::a16, fixed_m_, fixed_stream_);
     for (const auto& e : experts_) {

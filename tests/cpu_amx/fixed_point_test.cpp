@@ -1,8 +1,9 @@
-// W4A16 at small M on the AMX int8 tiles with fixed-point activations
-// (docs/formats.md#w4a16-fixed-point): against float64 far inside the kernel's declared bound,
-// every output written, a non-finite activation confined to its row, and the switch back to the
-// bf16 tiles (against float64 too); the same for MoE decode. Needs the AMX level (the hardware, or
-// the tile emulation of a test build).
+// W4A16 at small M with fixed-point activations (docs/formats.md#w4a16-fixed-point), on the AMX
+// int8 tiles and in the AVX-512 streaming kernel: against float64 far inside the kernel's declared
+// bound, every output written, a non-finite activation confined to its row, and the switch back to
+// bf16 activations (against float64 too); the same for MoE decode. Most tests need the AMX level
+// (the hardware, or the tile emulation of a test build); the AVX-512 level's own runs on any
+// machine with AVX-512 and VNNI.
 #include <gtest/gtest.h>
 
 #include "cpu_amx_test_util.hpp"
@@ -53,6 +54,26 @@ const Case kCases[] = {
     {4, 128, false, false, 512, 96}, {4, 32, true, true, 300, 40},  {4, -1, false, false, 1000, 33},
     {8, 64, false, false, 256, 64},  {8, 128, true, true, 384, 48}, {4, 64, false, true, 160, 17},
 };
+
+// Case c's weight with bf16 scales and zero points, and a label of it at M rows.
+CanonicalWeight case_weight(const Case& c, uint32_t seed) {
+  QuantSpec spec{c.K,         c.N,  c.bits, c.group,           c.sym,
+                 c.act_order, true, false,  sdk::dtype_bf16(), seed};
+  return random_weight(spec);
+}
+std::string case_label(const Case& c, int64_t M) {
+  return "w" + std::to_string(c.bits) + " g" + std::to_string(c.group) +
+         " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) + " M=" + std::to_string(M);
+}
+
+// A W4A16 layer of w prepared with the environment variable `name` set to `value`.
+std::unique_ptr<PreparedLayer> prepare_with(const nibble_kernel* k, const CanonicalWeight& w,
+                                            const char* name, const char* value) {
+  setenv(name, value, 1);
+  auto layer = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
+  unsetenv(name);
+  return layer;
+}
 
 TEST(CpuAmxFixedPoint, MatchesFloat64FarInsideTheBoundAndWritesEveryOutput) {
   if (!amx_here()) GTEST_SKIP() << "no AMX level on this machine";
@@ -105,18 +126,12 @@ TEST(CpuAmxFixedPoint, StreamingRowsMatchTheTilesBitForBit) {
   const nibble_kernel* k = cpu_amx().kernel("linear_a16");
   uint32_t seed = 90;
   for (const Case& c : kCases) {
-    QuantSpec spec{c.K,         c.N,  c.bits, c.group,           c.sym,
-                   c.act_order, true, false,  sdk::dtype_bf16(), ++seed};
-    CanonicalWeight w = random_weight(spec);
+    const CanonicalWeight w = case_weight(c, ++seed);
     auto stream = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
-    setenv("NIBBLE_CPU_AMX_SMALL_M", "0", 1);
-    auto tiles = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
-    unsetenv("NIBBLE_CPU_AMX_SMALL_M");
+    auto tiles = prepare_with(k, w, "NIBBLE_CPU_AMX_SMALL_M", "0");
     for (int64_t M = 1; M <= 4; ++M) {
       Activations x = random_activations(M, c.K, sdk::dtype_f32(), ++seed);
-      const std::string what = "w" + std::to_string(c.bits) + " g" + std::to_string(c.group) +
-                               " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N) +
-                               " M=" + std::to_string(M);
+      const std::string what = case_label(c, M);
       for (int poison = 0; poison < 3; ++poison) {
         if (poison > 0)
           sdk::store_float(x.bytes.data(), x.dtype, size_t(M * c.K - c.K / 3),
@@ -194,6 +209,113 @@ TEST(CpuAmxFixedPoint, MoeExpertRowsMatchTheTilesBitForBit) {
       if (threads == 1)
         RecordProperty("relative_error_" + std::to_string(c.E) + "x" + std::to_string(c.top_k),
                        std::to_string(a.rel_error));
+    }
+  }
+}
+
+// On f32 values that are not bf16 values every activation is off by up to half a step (2^-14 of its
+// chunk's largest magnitude): measured 4e-5 to 1.3e-4 against float64 (bf16 activations 1.3e-3 to
+// 2.4e-3, 13-37x more); the bound leaves 4x of that.
+constexpr double kFixedPointF32Bound = 5e-4;
+
+bool avx512_here() {
+  const std::vector<std::string> levels = isa_levels_here();
+  return std::find(levels.begin(), levels.end(), "avx512") != levels.end();
+}
+
+// Without AMX (the AVX-512 level, VNNI included) 1-4 W4A16 rows stream in fixed point too: on f32
+// inputs several times more accurate than on bf16 activations (NIBBLE_CPU_AMX_FIXED_STREAM=0),
+// within the fixed point's bound against float64, every output written; 5 rows and more keep bf16
+// activations (no int8 tiles), so there the switch changes nothing. MoE decode experts of one row
+// take the fixed point as well, several times more accurate than on bf16 activations.
+TEST(CpuAmxFixedPoint, Avx512StreamsOneToFourRowsInFixedPoint) {
+  if (!avx512_here()) GTEST_SKIP() << "no AVX-512 level on this machine";
+  MaxIsa cap("avx512");
+  const nibble_kernel* k = cpu_amx().kernel("linear_a16");
+  uint32_t seed = 140;
+  for (const Case& c : kCases) {
+    const CanonicalWeight w = case_weight(c, ++seed);
+    auto fixed = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
+    auto bf16 = prepare_with(k, w, "NIBBLE_CPU_AMX_FIXED_STREAM", "0");
+    for (int64_t M = 1; M <= 5; ++M) {
+      // f32 values that bf16 rounds: the fixed point keeps about 15 bits of each.
+      const Activations x = random_activations(M, c.K, sdk::dtype_f32(), ++seed);
+      const std::vector<double> ref = reference_linear(w, x.values, M);
+      const std::string what = case_label(c, M);
+      LinearResult a = run_linear(*fixed, x, c.N, 2);
+      LinearResult b = run_linear(*bf16, x, c.N, 2);
+      ASSERT_EQ(a.status, NIBBLE_OK) << what << ": " << a.message;
+      ASSERT_EQ(b.status, NIBBLE_OK) << what << ": " << b.message;
+      EXPECT_EQ(a.non_finite, 0u) << what << ": an output was not written";
+      EXPECT_TRUE(a.padding_untouched) << what << ": wrote past column N";
+      const double ea = relative_error(a.values, ref), eb = relative_error(b.values, ref);
+      EXPECT_LE(eb, 1e-2) << what << " (bf16, the declared bound)";
+      if (M <= 4) {
+        EXPECT_LE(ea, kFixedPointF32Bound) << what;
+        EXPECT_LT(8 * ea, eb) << what << ": no more accurate than bf16 activations";
+      } else {
+        EXPECT_EQ(a.bytes, b.bytes) << what << ": 5 rows left bf16 activations";
+      }
+      if (M == 3) {  // a NaN in row 1 leaves rows 0 and 2 as they were
+        Activations bad = x;
+        sdk::store_float(bad.bytes.data(), bad.dtype, size_t(c.K + c.K / 2), NAN);
+        LinearResult r = run_linear(*fixed, bad, c.N, 2);
+        ASSERT_EQ(r.status, NIBBLE_OK) << what << ": " << r.message;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < c.N; ++n) {
+            const double v = r.values[size_t(m * c.N + n)];
+            if (m == 1)
+              ASSERT_TRUE(std::isnan(v)) << what << " n " << n;
+            else
+              ASSERT_EQ(v, a.values[size_t(m * c.N + n)]) << what << " row " << m;
+          }
+      }
+    }
+  }
+  const nibble_kernel* moe = cpu_amx().kernel("moe_a16");
+  ASSERT_NE(moe, nullptr);
+  const TestExperts ex = random_experts(16, 512, 128, 4, 128, 64, false, false, 19);
+  const nibble_layer_desc d = moe_desc(ex, 2);
+  auto fixed = prepare_moe(moe, d, ex);
+  setenv("NIBBLE_CPU_AMX_FIXED_STREAM", "0", 1);
+  auto bf16 = prepare_moe(moe, d, ex);
+  unsetenv("NIBBLE_CPU_AMX_FIXED_STREAM");
+  const Activations x = random_activations(2, 512, sdk::dtype_f32(), 7);
+  const Routing routing = random_routing(2, 2, 16, 0.0, true, sdk::dtype_f32(), 8);
+  const std::vector<double> ref = reference_moe(ex, x.values, 2, 2, routing.ids, routing.weights);
+  const CaseResult a = run_moe(*fixed, x, routing, false, ref, 2);
+  const CaseResult f = run_moe(*bf16, x, routing, false, ref, 2);
+  ASSERT_EQ(a.status, NIBBLE_OK) << a.message;
+  ASSERT_EQ(f.status, NIBBLE_OK) << f.message;
+  EXPECT_EQ(a.not_finite, 0u);
+  EXPECT_LE(a.rel_error, kMoeFixedPointBound);
+  EXPECT_LT(4 * a.rel_error, f.rel_error) << "MoE decode: no more accurate than bf16";
+  EXPECT_NE(a.y, f.y) << "MoE decode: NIBBLE_CPU_AMX_FIXED_STREAM=0 changed nothing";
+}
+
+// The AVX-512 level's fixed-point rows are the AMX level's streaming rows: the same bits.
+TEST(CpuAmxFixedPoint, Avx512RowsMatchTheAmxStreamBitForBit) {
+  if (!amx_here()) GTEST_SKIP() << "no AMX level on this machine";
+  const nibble_kernel* k = cpu_amx().kernel("linear_a16");
+  uint32_t seed = 170;
+  for (const Case& c : kCases) {
+    const CanonicalWeight w = case_weight(c, ++seed);
+    std::unique_ptr<PreparedLayer> amx, avx512;
+    {
+      MaxIsa cap("amx");
+      amx = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
+    }
+    {
+      MaxIsa cap("avx512");
+      avx512 = prepare_linear(k, desc_for(w, NIBBLE_MODE_W4A16), w);
+    }
+    for (int64_t M = 1; M <= 4; ++M) {
+      const Activations x = random_activations(M, c.K, sdk::dtype_f32(), ++seed);
+      LinearResult a = run_linear(*amx, x, c.N);
+      LinearResult b = run_linear(*avx512, x, c.N);
+      ASSERT_EQ(a.status, NIBBLE_OK) << a.message;
+      ASSERT_EQ(b.status, NIBBLE_OK) << b.message;
+      EXPECT_EQ(a.bytes, b.bytes) << case_label(c, M);
     }
   }
 }
