@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -319,14 +320,14 @@ bool fixed_point_streaming() {
   return sdk::env_integer("NIBBLE_CPU_AMX_FIXED_STREAM", 0, 1).value_or(1) == 1;
 }
 
-// Without AMX the fixed point streams only: VPDPBUSD on the high and low bytes of each row, sharing
-// each unpacked weight vector between the rows, against VDPBF16PS after three shifts and four
-// ternary-logic ops per 64 weight bytes; on Zen 4 at 2 threads 1.2-1.4x faster at 2-4 rows
-// (docs/cpu_amx.md, Kernels).
+// Without AMX every row count streams on the fixed point: VPDPBUSD on the high and low bytes of
+// each row, sharing each unpacked weight vector between the rows of a pass, against VDPBF16PS
+// after three shifts and four ternary-logic ops per 64 weight bytes; on Zen 4 at 2 threads
+// 1.15-1.4x faster at 2-1024 rows, up to 1.9x with 8-bit weights (docs/cpu_amx.md, Kernels).
 int64_t fixed_point_rows(IsaLevel level) {
   if (level == IsaLevel::amx) return fixed_point_row_limit();
-  if (level == IsaLevel::avx512 && fixed_point_streaming())
-    return std::min<int64_t>(fixed_point_row_limit(), 4);
+  if (level == IsaLevel::avx512 && fixed_point_streaming() && fixed_point_row_limit() > 0)
+    return std::numeric_limits<int64_t>::max();
   return 0;
 }
 

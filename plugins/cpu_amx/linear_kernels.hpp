@@ -45,8 +45,9 @@ int64_t fixed_point_row_limit();
 bool fixed_point_streaming();
 
 /// Rows up to which a W4A16 layer on `level` takes fixed-point activations: on AMX
-/// fixed_point_row_limit() (streamed or on the int8 tiles); on AVX-512 with VNNI up to 4 rows in
-/// the streaming kernel, where fixed_point_streaming(); 0 elsewhere.
+/// fixed_point_row_limit() (streamed or on the int8 tiles); on AVX-512 with VNNI every row count,
+/// in the streaming kernel, unless fixed_point_streaming() or fixed_point_row_limit() is off; 0
+/// elsewhere.
 int64_t fixed_point_rows(IsaLevel level);
 
 /// Rows × padded K of the activations up to which each part of a call on the streaming kernels

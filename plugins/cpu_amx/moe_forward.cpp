@@ -79,11 +79,14 @@ MicroKernels micro_kernels_for(IsaLevel level) {
 
 // An upper bound of Σ_e (activation workspace of n_e rows) over any routing of `rows` pairs to at
 // most `experts` experts, for weights whose largest Kp and chunk count are given. The exact sizes
-// come from activations.cpp; padded_rows(n) < n + 32 and each align64 adds < 64.
+// come from activations.cpp; padded_rows(n) < n + 32 and each align64 adds < 64. A W4A16 row
+// takes the larger of its bf16 form (a row and a sum per chunk) and its fixed-point one (two int8
+// rows, a step and a sum per chunk), which experts of any row count take without AMX.
 size_t activation_bound(MoeMode mode, int64_t kp, int64_t chunks, int64_t rows, int64_t experts) {
   const size_t r = size_t(rows), u = size_t(experts), ch = size_t(chunks);
   const size_t row16 = 2 * size_t(a16_stride(kp)), row8 = size_t(a8_stride(kp));
-  if (mode == MoeMode::a16) return r * (row16 + 4 * ch) + u * (32 * row16 + 128);
+  if (mode == MoeMode::a16)
+    return r * std::max(row16 + 4 * ch, 2 * row8 + 8 * ch) + u * (32 * row16 + 192);
   return r * (row8 + 4 + 4 * ch) + u * (32 * (row8 + 4) + 192);
 }
 
