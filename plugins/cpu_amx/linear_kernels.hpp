@@ -40,8 +40,8 @@ int64_t dequant_row_threshold();
 int64_t fixed_point_row_limit();
 
 /// Whether W4A16 rows within the streaming row limit take fixed-point activations too, in the
-/// AVX-512 streaming kernel (NIBBLE_CPU_AMX_FIXED_STREAM=0 turns it off, which keeps the
-/// streaming limit at one row on AMX and bf16 activations at every M below it).
+/// AVX-512 streaming kernel (NIBBLE_CPU_AMX_FIXED_STREAM=0 turns it off: on AMX the streaming
+/// limit is then one row; without AMX every M keeps bf16 activations).
 bool fixed_point_streaming();
 
 /// Rows up to which a W4A16 layer on `level` takes fixed-point activations: on AMX
